@@ -1,0 +1,67 @@
+"""The one exception hierarchy of irflow.
+
+Every error irflow raises on purpose is an ``IrflowError``; the children say
+which layer refused what, so callers can catch exactly the failure they can
+handle.  Several also subclass the builtin a Python user would reach for
+first (``ValueError``, ``KeyError``), so ``except ValueError`` keeps working.
+"""
+
+from __future__ import annotations
+
+
+class IrflowError(Exception):
+    """Base class of every error irflow raises on purpose."""
+
+
+class CorpusError(IrflowError):
+    """A corpus on disk is missing, truncated, altered or of an unknown format."""
+
+
+class FilterError(IrflowError, ValueError):
+    """A metadata filter is malformed: names the operator, its path and the valid ones."""
+
+
+class EmbedderError(IrflowError, ValueError):
+    """An embedder is unknown, unavailable, or returned unusable vectors."""
+
+
+class AnalyzerError(IrflowError, ValueError):
+    """An analyzer name or setting is unknown."""
+
+
+class RecipeError(IrflowError, ValueError):
+    """A recipe is invalid.  Carries every problem found, not just the first.
+
+    ``problems`` is a tuple of one-line messages, each naming the file and the
+    stage it concerns; ``str(error)`` lists them all.
+    """
+
+    def __init__(self, problems: "list[str] | tuple[str, ...] | str", *, source: str | None = None) -> None:
+        if isinstance(problems, str):
+            problems = (problems,)
+        self.problems: tuple[str, ...] = tuple(problems)
+        self.source = source
+        where = f" in {source}" if source else ""
+        if len(self.problems) == 1:
+            message = f"invalid recipe{where}: {self.problems[0]}"
+        else:
+            lines = "\n".join(f"  - {p}" for p in self.problems)
+            message = f"invalid recipe{where}: {len(self.problems)} problems\n{lines}"
+        super().__init__(message)
+
+
+class StageError(IrflowError):
+    """A stage failed while running; names the stage and its kind."""
+
+
+class NoLedgerEntry(IrflowError, KeyError):
+    """The corpus has no ledger entry for the requested artifact.
+
+    The *benign* miss (unknown artifact, or a corpus built without ledger
+    bookkeeping) — distinct from a stale/torn ledger, which raises a plain
+    ``KeyError`` describing the corruption.  A ``KeyError`` subclass so
+    existing ``except KeyError`` callers keep working.
+    """
+
+    def __str__(self) -> str:  # KeyError quotes its argument; we want the sentence
+        return str(self.args[0]) if self.args else "no ledger entry"
