@@ -1,0 +1,479 @@
+"""The data that flows between stages: query batches and columnar candidates.
+
+A stage never sees one candidate at a time.  It receives a whole batch — all
+the queries of a run and, for each, its ranked candidates — as a handful of
+flat numpy columns, and returns a new batch.  Everything here is immutable:
+arrays are read-only views and every helper returns a new object, so a stage
+can never disturb what an earlier stage (or a trace) holds.
+
+- :class:`QueryBatch` — the query texts of a run, and for each text the
+  original query it came from (a formulate stage turns one query into
+  several; the collapse stage merges them back).
+- :class:`Scale` — what a score means (cosine, bm25, rrf, ...), so validation
+  can refuse what makes no sense on it and traces can say what a number is.
+- :class:`Candidates` — ranked candidates of every query of a batch: columns
+  ``query_index``, ``row``, ``score``, ``rank`` (1-based within its query),
+  plus named *provenance* columns (``"dense.score"``, ``"fuse.dense.rank"``,
+  ...) that every later stage carries along so a final hit can still tell
+  how each channel ranked it.
+
+>>> batch = QueryBatch.of(["sql parser", "http client"])
+>>> c = Candidates(batch, query_index=[0, 0, 1], row=[7, 3, 5], score=[0.9, 0.4, 0.8], scale="cosine")
+>>> c.rank.tolist(), c.counts().tolist()
+([1, 2, 1], [2, 1])
+>>> c.cut(1).row.tolist()
+[7, 5]
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from types import MappingProxyType
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+__all__ = ["Scale", "QueryBatch", "Candidates", "frozen_array", "fill_value"]
+
+
+class Scale(str, enum.Enum):
+    """What the score of a :class:`Candidates` batch means.
+
+    The scale travels with the scores so that a stage can refuse an input it
+    cannot interpret (``blend`` needs a cosine and a bm25 input; an absolute
+    floor makes no sense on an ordinal ``rrf`` score) and so that traces and
+    explanations can say what a number is.
+    """
+
+    COSINE = "cosine"
+    BM25 = "bm25"
+    RRF = "rrf"
+    BLEND = "blend"
+    WEIGHTED = "weighted"
+    RERANK = "rerank"
+    BOOSTED = "boosted"
+    CUSTOM = "custom"
+    MIXED = "mixed"
+    NONE = "none"
+
+    @property
+    def doc(self) -> str:
+        """One line saying what a score on this scale means."""
+        return _SCALE_DOCS[self]
+
+    @property
+    def ordinal(self) -> bool:
+        """True when only the order of scores means something (no absolute floors)."""
+        return self in (Scale.RRF, Scale.MIXED, Scale.NONE)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_SCALE_DOCS: dict[Scale, str] = {
+    Scale.COSINE: "cosine similarity of query and record embeddings, in [-1, 1]",
+    Scale.BM25: "Okapi BM25 (or a variant) over the candidates, >= 0, unbounded",
+    Scale.RRF: "reciprocal rank fusion, sum of weight/(rrf_k + rank); ordinal",
+    Scale.BLEND: "alpha*cosine + (1-alpha)*bm25/(bm25+bm25_sat_k); keeps cosine's magnitude",
+    Scale.WEIGHTED: "a first-stage score multiplied by a per-surface-kind weight",
+    Scale.RERANK: "a reranker's own score (its scale is the reranker's)",
+    Scale.BOOSTED: "a score plus a structural boost",
+    Scale.CUSTOM: "a score from a third-party stage",
+    Scale.MIXED: "queries of the batch are on different scales (a fusion passed some through)",
+    Scale.NONE: "no score (an empty or switched-off batch)",
+}
+
+
+def frozen_array(value: Any, dtype: Any) -> np.ndarray:
+    """A 1-d read-only view of ``value`` as ``dtype`` (copies only to convert).
+
+    The view is read-only, the caller's array keeps its own flags: a stage
+    output can be shared by later stages and traces without defensive copies.
+    """
+    if (isinstance(value, np.ndarray) and not value.flags.writeable and value.ndim == 1
+            and value.dtype == dtype):
+        return value  # already frozen: stage outputs pass their columns on without copies or views
+    if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype == dtype:
+        array = value.view()
+    else:
+        array = np.asarray(value, dtype=dtype).reshape(-1).view()
+    array.flags.writeable = False
+    return array
+
+
+def _texts(value: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise TypeError("query texts must be a sequence of strings, got a single string; wrap it in a list")
+    texts = tuple(value)
+    for text in texts:
+        if not isinstance(text, str):
+            raise TypeError(f"every query must be a string, got {type(text).__name__}: {text!r}")
+    return texts
+
+
+def _identity_origin(instance: "QueryBatch") -> np.ndarray:
+    return np.arange(len(instance.texts), dtype=np.int32)
+
+
+@attrs.frozen(eq=False)
+class QueryBatch:
+    """The query texts of one run, each tied to the original query it came from.
+
+    The raw batch (what the caller passed) has ``origin == arange(n)`` and
+    ``originals == texts``.  A formulate stage that turns each original query
+    into several texts returns a batch whose ``origin[i]`` is the index of the
+    original query text ``i`` came from; ``root()`` gives the original batch
+    back (what a collapse stage outputs).
+
+    >>> b = QueryBatch.of(["a", "b"]).expand([["a1", "a2"], ["b"]])
+    >>> b.texts, b.origin.tolist(), b.n_original
+    (('a1', 'a2', 'b'), [0, 0, 1], 2)
+    """
+
+    texts: tuple[str, ...] = attrs.field(converter=_texts)
+    origin: np.ndarray = attrs.field(
+        default=attrs.Factory(_identity_origin, takes_self=True),
+        converter=lambda v: frozen_array(v, np.int32),
+    )
+    originals: tuple[str, ...] = attrs.field(
+        default=attrs.Factory(lambda self: self.texts, takes_self=True), converter=_texts
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if self.origin.size != len(self.texts):
+            raise ValueError(f"origin has {self.origin.size} entries for {len(self.texts)} query texts")
+        if self.origin.size and (self.origin.min() < 0 or self.origin.max() >= len(self.originals)):
+            raise ValueError(f"origin values must index the {len(self.originals)} original queries")
+
+    @classmethod
+    def of(cls, texts: Iterable[str]) -> "QueryBatch":
+        """The raw batch of ``texts`` (each its own original query)."""
+        return cls(_texts(texts))
+
+    @property
+    def n_original(self) -> int:
+        """Number of original queries."""
+        return len(self.originals)
+
+    @property
+    def is_root(self) -> bool:
+        """True when this is the raw batch (no reformulation)."""
+        return self.texts == self.originals and bool(np.array_equal(self.origin, np.arange(len(self.texts))))
+
+    def root(self) -> "QueryBatch":
+        """The batch of original queries."""
+        return self if self.is_root else QueryBatch(self.originals)
+
+    def expand(self, texts_per_query: Sequence[Sequence[str]]) -> "QueryBatch":
+        """A new batch with, for each text of this one, the texts it becomes.
+
+        Used by formulation: ``texts_per_query[i]`` replaces ``texts[i]``; the
+        new texts keep pointing at the original query ``texts[i]`` came from.
+        """
+        if len(texts_per_query) != len(self.texts):
+            raise ValueError(f"expand needs one list per query text ({len(self.texts)}), got {len(texts_per_query)}")
+        sizes = np.fromiter((len(t) for t in texts_per_query), dtype=np.int64, count=len(texts_per_query))
+        flat = tuple(text for texts in texts_per_query for text in texts)
+        return QueryBatch(flat, np.repeat(self.origin, sizes), self.originals)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, QueryBatch):
+            return NotImplemented
+        return (self is other) or (
+            self.texts == other.texts and self.originals == other.originals
+            and bool(np.array_equal(self.origin, other.origin))
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.texts, self.originals, self.origin.tobytes()))
+
+    def __repr__(self) -> str:
+        if self.is_root:
+            return f"QueryBatch({list(self.texts)!r})"
+        return f"QueryBatch({list(self.texts)!r}, origin={self.origin.tolist()}, n_original={self.n_original})"
+
+
+def _provenance(value: Mapping[str, Any] | None) -> Mapping[str, np.ndarray]:
+    if value is None:
+        return MappingProxyType({})
+    if not isinstance(value, Mapping):
+        raise TypeError(f"provenance must be a mapping of column name -> array, got {type(value).__name__}")
+    columns: dict[str, np.ndarray] = {}
+    for name, column in value.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"provenance column names must be non-empty strings, got {name!r}")
+        array = np.asarray(column)
+        columns[name] = frozen_array(array, array.dtype)
+    return MappingProxyType(columns)
+
+
+def _fill_value(dtype: np.dtype) -> Any:
+    """What an absent provenance entry holds: NaN for floats, 0 for ints, False for bools."""
+    if dtype.kind == "f":
+        return np.nan
+    if dtype.kind == "b":
+        return False
+    if dtype.kind in "iu":
+        return 0
+    if dtype.kind in "US":
+        return ""
+    return None
+
+
+@attrs.frozen(eq=False)
+class Candidates:
+    """Ranked candidates of every query of a batch, as flat numpy columns.
+
+    Rows of query ``i`` come before those of query ``i + 1``; within a query
+    the order *is* the ranking, and ``rank`` (1-based) is derived from it, so
+    it can never disagree with the order.  ``query_index`` indexes
+    ``queries.texts``; ``queries.origin[query_index]`` is the original query.
+
+    ``provenance`` holds extra row-aligned columns named ``"<stage>.<what>"``
+    (``"dense.score"``, ``"lexical.rank"``, ``"fuse.dense.contribution"``):
+    each stage adds its own and carries the others through (:meth:`take`
+    gathers them with the candidates), so the final batch still says how
+    every channel scored each candidate.
+
+    ``active=False`` marks the output of a stage that a recipe's ``when``
+    switched off: it is empty, and a fuse stage ignores it.
+
+    Construct with the columns in ranked order (or use :meth:`ranked` to sort
+    by score); every array is converted once and stored read-only.
+    """
+
+    queries: QueryBatch = attrs.field(validator=attrs.validators.instance_of(QueryBatch))
+    query_index: np.ndarray = attrs.field(converter=lambda v: frozen_array(v, np.int32))
+    row: np.ndarray = attrs.field(converter=lambda v: frozen_array(v, np.int64))
+    score: np.ndarray = attrs.field(converter=lambda v: frozen_array(v, np.float64))
+    scale: Scale = attrs.field(converter=Scale)
+    provenance: Mapping[str, np.ndarray] = attrs.field(default=None, converter=_provenance)
+    active: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    offsets: np.ndarray = attrs.field(init=False, repr=False)
+    rank: np.ndarray = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        m = self.query_index.size
+        if self.row.size != m or self.score.size != m:
+            raise ValueError(
+                f"query_index, row and score need one entry per candidate; got lengths {m}, "
+                f"{self.row.size}, {self.score.size}"
+            )
+        n = len(self.queries)
+        if m and (self.query_index[0] < 0 or self.query_index[-1] >= n or np.any(np.diff(self.query_index) < 0)):
+            raise ValueError(
+                f"query_index must be grouped by query (non-decreasing) and within [0, {n}); "
+                "use Candidates.ranked(...) to build a batch from unordered columns"
+            )
+        if m and np.isnan(self.score).any():
+            raise ValueError("candidate scores must not be NaN")
+        for name, column in self.provenance.items():
+            if column.ndim != 1 or column.size != m:
+                raise ValueError(f"provenance column {name!r} has shape {column.shape}; expected ({m},)")
+        if not self.active and m:
+            raise ValueError("an inactive Candidates batch must be empty")
+        offsets = np.searchsorted(self.query_index, np.arange(n + 1), side="left").astype(np.int64)
+        rank = np.arange(1, m + 1, dtype=np.int64) - offsets[self.query_index]
+        object.__setattr__(self, "offsets", frozen_array(offsets, np.int64))
+        object.__setattr__(self, "rank", frozen_array(rank, np.int32))
+
+    # -- construction --------------------------------------------------------
+
+    @classmethod
+    def empty(cls, queries: QueryBatch, scale: Scale | str = Scale.NONE) -> "Candidates":
+        """A batch in which no query found anything."""
+        return cls(queries, np.empty(0, np.int32), np.empty(0, np.int64), np.empty(0, np.float64), scale)
+
+    @classmethod
+    def inactive(cls, queries: QueryBatch) -> "Candidates":
+        """The output of a stage switched off by ``when``: empty and ``active=False``."""
+        return cls(queries, np.empty(0, np.int32), np.empty(0, np.int64), np.empty(0, np.float64),
+                   Scale.NONE, active=False)
+
+    @classmethod
+    def from_topk(cls, topk: Any, queries: QueryBatch, scale: Scale | str, *, name: str | None = None) -> "Candidates":
+        """Wrap a kernel's ``TopK`` (grouped by query, best first).
+
+        With ``name``, the provenance gets ``"<name>.score"`` and
+        ``"<name>.rank"`` — the channel's raw score and rank, which survive
+        every later stage.
+        """
+        if int(topk.n_queries) != len(queries):
+            raise ValueError(f"the TopK holds {topk.n_queries} queries but the batch has {len(queries)}")
+        c = cls(queries, topk.query_index, topk.row, topk.score, scale)
+        if name is None:
+            return c
+        return c.with_provenance({f"{name}.score": c.score, f"{name}.rank": c.rank})
+
+    @classmethod
+    def ranked(cls, queries: QueryBatch, query_index: Any, row: Any, score: Any, scale: Scale | str,
+               provenance: Mapping[str, Any] | None = None) -> "Candidates":
+        """A batch from columns in any order: grouped by query, best score first.
+
+        Stable: candidates with equal scores keep their given order.
+        """
+        query_index = np.asarray(query_index, dtype=np.int32).reshape(-1)
+        score = np.asarray(score, dtype=np.float64).reshape(-1)
+        order = np.lexsort((-score, query_index))
+        columns = {k: np.asarray(v)[order] for k, v in (provenance or {}).items()}
+        return cls(queries, query_index[order], np.asarray(row, dtype=np.int64).reshape(-1)[order],
+                   score[order], scale, columns)
+
+    # -- shape ---------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return int(self.row.size)
+
+    @property
+    def n_queries(self) -> int:
+        """Number of query texts in the batch (``len(self.queries)``)."""
+        return len(self.queries)
+
+    def counts(self) -> np.ndarray:
+        """Candidates per query text, ``(n_queries,)`` int64."""
+        return np.diff(self.offsets)
+
+    @property
+    def origin_index(self) -> np.ndarray:
+        """The original query of each candidate (``queries.origin[query_index]``)."""
+        return self.queries.origin[self.query_index]
+
+    def query_slice(self, i: int) -> slice:
+        """The positions of query ``i``'s candidates."""
+        if not 0 <= i < self.n_queries:
+            raise IndexError(f"query index {i} out of range for a batch of {self.n_queries}")
+        return slice(int(self.offsets[i]), int(self.offsets[i + 1]))
+
+    def per_query(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows, scores)`` of query ``i``, best first, as views."""
+        s = self.query_slice(i)
+        return self.row[s], self.score[s]
+
+    # -- derived batches -----------------------------------------------------
+
+    def take(self, index: Any) -> "Candidates":
+        """The candidates at ``index`` (int positions), in that order, with their provenance.
+
+        ``index`` must keep the queries grouped in ascending order; the ranks
+        are renumbered from the new order.
+        """
+        index = np.asarray(index, dtype=np.int64).reshape(-1)
+        return Candidates(
+            self.queries, self.query_index[index], self.row[index], self.score[index], self.scale,
+            {name: column[index] for name, column in self.provenance.items()}, self.active,
+        )
+
+    def select(self, keep: Any) -> "Candidates":
+        """The candidates where the boolean array ``keep`` is True, order kept."""
+        keep = np.asarray(keep, dtype=bool)
+        if keep.shape != self.row.shape:
+            raise ValueError(f"keep has shape {keep.shape}; expected {self.row.shape}")
+        return self.take(np.flatnonzero(keep))
+
+    def sorted_by_score(self, stable: bool = True) -> "Candidates":
+        """Each query's candidates best score first.
+
+        Stable (always; the argument is kept for readability): candidates with
+        equal scores keep their current order.
+        """
+        del stable  # lexsort is stable; there is no faster unstable path worth having
+        return self.take(np.lexsort((-self.score, self.query_index)))
+
+    def cut(self, k: int) -> "Candidates":
+        """The first ``k`` candidates of each query."""
+        if k < 0:
+            raise ValueError(f"cut needs k >= 0, got {k}")
+        if len(self) == 0 or int(self.counts().max(initial=0)) <= k:
+            return self
+        return self.select(self.rank <= k)
+
+    def with_scores(self, score: Any, scale: Scale | str, provenance: Mapping[str, Any] | None = None) -> "Candidates":
+        """Same candidates and order, new scores (and extra provenance columns); not re-sorted."""
+        score = frozen_array(score, np.float64)
+        if score.size != len(self):
+            raise ValueError(f"with_scores needs {len(self)} scores, got {score.size}")
+        if score.size and np.isnan(score).any():
+            raise ValueError("candidate scores must not be NaN")
+        return self._same_order(score, Scale(scale), provenance)
+
+    def with_provenance(self, columns: Mapping[str, Any]) -> "Candidates":
+        """Same batch with provenance ``columns`` added (or replaced)."""
+        return self._same_order(self.score, self.scale, columns)
+
+    def _same_order(self, score: np.ndarray, scale: Scale, columns: Mapping[str, Any] | None) -> "Candidates":
+        # the order, grouping and ranks are unchanged, so they are not validated or recomputed again;
+        # only the new columns are checked
+        added = _provenance(columns)
+        for name, column in added.items():
+            if column.ndim != 1 or column.size != len(self):
+                raise ValueError(f"provenance column {name!r} has shape {column.shape}; expected ({len(self)},)")
+        merged = dict(self.provenance)
+        merged.update(added)
+        new = object.__new__(Candidates)
+        for name in ("queries", "query_index", "row", "active", "offsets", "rank"):
+            object.__setattr__(new, name, getattr(self, name))
+        object.__setattr__(new, "score", score)
+        object.__setattr__(new, "scale", scale)
+        object.__setattr__(new, "provenance", MappingProxyType(merged))
+        return new
+
+    def column(self, name: str) -> np.ndarray:
+        """A provenance column, or a core column (``row``, ``score``, ``rank``, ``query_index``)."""
+        if name in ("row", "score", "rank", "query_index"):
+            return getattr(self, name)
+        try:
+            return self.provenance[name]
+        except KeyError:
+            raise KeyError(f"no column {name!r}; columns: row, score, rank, query_index, "
+                           f"{', '.join(self.provenance) or '(no provenance)'}") from None
+
+    # -- identity ------------------------------------------------------------
+
+    def fingerprint(self) -> str:
+        """A content digest (queries, columns, scale, provenance): equal batches, equal digests."""
+        h = hashlib.blake2b(digest_size=16)
+        h.update(repr((self.queries.texts, self.queries.originals, self.scale.value, self.active)).encode())
+        for array in (self.queries.origin, self.query_index, self.row, self.score):
+            h.update(array.tobytes())
+        for name in sorted(self.provenance):
+            column = self.provenance[name]
+            h.update(name.encode() + b"\0" + column.dtype.str.encode())
+            h.update(column.tobytes() if column.dtype.kind != "O" else repr(column.tolist()).encode())
+        return h.hexdigest()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Candidates):
+            return NotImplemented
+        if self is other:
+            return True
+        if (self.scale != other.scale or self.active != other.active or self.queries != other.queries
+                or set(self.provenance) != set(other.provenance)):
+            return False
+        if not (np.array_equal(self.query_index, other.query_index) and np.array_equal(self.row, other.row)
+                and np.array_equal(self.score, other.score)):
+            return False
+        for name, column in self.provenance.items():
+            theirs = other.provenance[name]
+            nan_ok = column.dtype.kind == "f" and theirs.dtype.kind == "f"
+            if not np.array_equal(column, theirs, equal_nan=nan_ok):
+                return False
+        return True
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        state = "" if self.active else ", inactive"
+        columns = f", provenance={list(self.provenance)}" if self.provenance else ""
+        return (f"Candidates({self.n_queries} queries, {len(self)} candidates, scale={self.scale.value}"
+                f"{columns}{state})")
+
+
+def fill_value(dtype: np.dtype) -> Any:
+    """The value an absent provenance entry holds for ``dtype`` (NaN / 0 / False / "" / None)."""
+    return _fill_value(np.dtype(dtype))

@@ -1,0 +1,301 @@
+"""The ``irflow`` command line: index, run, validate, graph, trace, demo.
+
+Readable output by default, ``--json`` for machines.  A user mistake — a bad
+recipe, a missing corpus, a malformed ``--set``, any :class:`IrflowError`, a
+missing file — prints a short error on stderr and exits non-zero (2 for usage
+errors, 1 for recipe / validation / corpus errors), never a traceback; an
+unexpected exception is a bug and keeps its traceback.
+
+    irflow index records.jsonl --out ./corpus
+    irflow run hybrid --corpus ./corpus --query "sql parser" --set k=5 --trace run.jsonl
+    irflow trace show run.jsonl --stage fuse
+    irflow trace diff run.jsonl --stages dense fuse
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from irflow import __version__
+from irflow.errors import IrflowError
+
+__all__ = ["main", "UserError", "parse_sets"]
+
+
+class UserError(click.ClickException):
+    """A user mistake: printed as ``Error: ...`` on stderr, exit status 1."""
+
+    exit_code = 1
+
+
+def _message(error: BaseException) -> str:
+    # the notes say where it happened, e.g. "while running stage 'dense' (dense)"
+    notes = [str(n) for n in getattr(error, "__notes__", ())]
+    text = str(error) or type(error).__name__
+    if isinstance(error, FileNotFoundError) and error.filename and str(error.filename) not in text:
+        text = f"{error.filename}: {error.strerror or text}"
+    return "; ".join([text] + notes)
+
+
+class IrflowGroup(click.Group):
+    """A click group that turns user mistakes (IrflowError, missing files) into clean errors."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (IrflowError, FileNotFoundError) as error:
+            raise UserError(_message(error)) from None
+
+
+def parse_sets(ctx: click.Context | None, param: click.Parameter | None, values: Sequence[str]) -> dict[str, Any]:
+    """``["k=5", "mode=hybrid", 'filter={"owner":"x"}']`` -> ``{"k": 5, "mode": "hybrid", "filter": {...}}``.
+
+    A value is parsed as JSON when it parses (numbers, true/false/null,
+    lists, objects), else kept as the string.
+    """
+    out: dict[str, Any] = {}
+    for item in values:
+        name, eq, raw = item.partition("=")
+        name = name.strip()
+        if not eq or not name:
+            raise click.BadParameter(f"{item!r} is not NAME=VALUE (e.g. --set k=5 --set mode=hybrid)",
+                                     ctx=ctx, param=param)
+        try:
+            out[name] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[name] = raw
+    return out
+
+
+def _json_option(value: str | None, what: str) -> Any:
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as error:
+        raise click.BadParameter(f"{what} must be JSON, e.g. '{{\"owner\": \"me\"}}' ({error.msg})") from None
+
+
+def _dumps(data: Any) -> str:
+    from irflow.trace import jsonable
+
+    return json.dumps(jsonable(data), ensure_ascii=False, indent=2)
+
+
+@click.group(cls=IrflowGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(version=__version__, prog_name="irflow")
+def main() -> None:
+    """irflow: document retrieval as an explicit DAG of small typed stages."""
+
+
+# --------------------------------------------------------------------------
+# index
+
+
+def _read_records(path: Path) -> list[Any]:
+    from irflow.records import Record
+
+    records = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise UserError(f"{path}:{number}: not JSON ({error.msg}); each line must be one record object "
+                                "with the keys artifact_id, surface_kind, text (and optionally metadata, "
+                                "surface_index, id, vector)") from None
+            if not isinstance(data, dict):
+                raise UserError(f"{path}:{number}: a record must be a JSON object, got {type(data).__name__}")
+            try:
+                records.append(Record.from_dict(data))
+            except (TypeError, ValueError) as error:
+                raise UserError(f"{path}:{number}: invalid record: {error}") from None
+    if not records:
+        raise UserError(f"{path}: no records; write one JSON object per line")
+    return records
+
+
+@main.command()
+@click.argument("input_path", metavar="INPUT.jsonl", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Directory to write the corpus to (a rebuild when it holds one).")
+@click.option("--embedder", default="hash", show_default=True,
+              help='Embedder spec ("hash", "hash:512", "st:<model>"), or "none" for a lexical-only corpus.')
+@click.option("--analyzer", default=None, help="Analyzer name (plain, identifier, english); default identifier.")
+@click.option("--name", default=None, help="Corpus name (default: the directory name).")
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
+def index(input_path: Path, out: Path, embedder: str, analyzer: str | None, name: str | None,
+          progress: bool | None, as_json: bool) -> None:
+    """Build a corpus from INPUT.jsonl (one record per line) into --out."""
+    from irflow.corpus import build
+
+    records = _read_records(input_path)
+    spec = None if embedder.lower() == "none" else embedder
+    show = sys.stderr.isatty() if progress is None else progress
+    corpus = build(records, embedder=spec, analyzer=analyzer, path=out, name=name, progress=show)
+    summary = {"path": str(out), "name": corpus.name, "records": len(corpus),
+               "artifacts": len({r.artifact_id for r in records}), "kinds": list(corpus.kinds),
+               "embedder": corpus.embedder_spec, "dim": corpus.dim, "analyzer": corpus.analyzer.name}
+    if as_json:
+        click.echo(_dumps(summary))
+    else:
+        click.echo(f"indexed {summary['records']} records ({summary['artifacts']} artifacts; kinds "
+                   f"{', '.join(summary['kinds'])}) into {out} (embedder {spec or 'none'}, analyzer "
+                   f"{summary['analyzer']})")
+
+
+# --------------------------------------------------------------------------
+# run
+
+
+def _hits_table(hits: Sequence[Any]) -> str:
+    from irflow.table import render_table
+
+    rows = [[i, h.score, h.artifact_id, h.surface_kind, h.text] for i, h in enumerate(hits, start=1)]
+    return render_table(["rank", "score", "artifact", "surface", "text"], rows, max_width=60)
+
+
+@main.command()
+@click.argument("recipe")
+@click.option("--corpus", "corpus_path", required=True, help="Corpus directory (or name under $IRFLOW_HOME/corpora).")
+@click.option("--query", "-q", "queries", multiple=True, required=True, help="A query; repeat for a batch.")
+@click.option("--set", "settings", multiple=True, callback=parse_sets, metavar="NAME=VALUE",
+              help="Override a recipe parameter (JSON value, else a string); repeatable.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the run's trace (JSON Lines) to this file.")
+@click.option("--json", "as_json", is_flag=True, help="Print hits (and explanations) as JSON.")
+@click.option("--explain", "explain_n", type=click.IntRange(min=0), default=0, metavar="N",
+              help="Explain the top N hits of each query, stage by stage.")
+def run(recipe: str, corpus_path: str, queries: tuple[str, ...], settings: dict[str, Any], trace_path: Path | None,
+        as_json: bool, explain_n: int) -> None:
+    """Run RECIPE (a file or a built-in name) on a corpus and print the hits."""
+    from irflow.corpus import open_corpus
+    from irflow.recipe import load_recipe
+
+    the_recipe = load_recipe(recipe)
+    corpus = open_corpus(corpus_path)
+    # explanations are complete only from a trace, and tracing a CLI run costs little
+    result = the_recipe.run(corpus, list(queries), trace=bool(trace_path or explain_n), **settings)
+    per_query = result.hits
+    if trace_path is not None:
+        try:
+            result.trace.dump(trace_path)
+        except OSError as error:  # a missing folder, no permission: the user's to fix
+            raise UserError(f"cannot write the trace to {trace_path}: {error.strerror or error}") from None
+        click.echo(f"trace written to {trace_path} ({len(result.trace)} stages, {len(queries)} "
+                   f"quer{'y' if len(queries) == 1 else 'ies'})", err=True)
+    explanations = [[result.explain(hit, query=q) for hit in hits[:explain_n]] for q, hits in enumerate(per_query)]
+    if as_json:
+        data = {"recipe": the_recipe.name, "corpus": corpus.name, "params": result.params,
+                "trace": None if trace_path is None else str(trace_path),
+                "queries": [{"query": text, "query_index": q,
+                             "hits": [{"rank": i, **h.to_dict()} for i, h in enumerate(per_query[q], start=1)],
+                             **({"explanations": [e.to_dict() for e in explanations[q]]} if explain_n else {})}
+                            for q, text in enumerate(queries)]}
+        click.echo(_dumps(data))
+        return
+    for q, text in enumerate(queries):
+        hits = per_query[q]
+        if q:
+            click.echo("")
+        click.echo(f"query {q}: {text!r} — {len(hits)} hit{'' if len(hits) == 1 else 's'} "
+                   f"(recipe {the_recipe.name}, corpus {corpus.name})")
+        if hits:
+            click.echo(_hits_table(hits))
+        for explanation in explanations[q]:
+            click.echo("")
+            click.echo(explanation.table())
+
+
+# --------------------------------------------------------------------------
+# validate, graph, recipes
+
+
+@main.command()
+@click.argument("recipe")
+@click.option("--json", "as_json", is_flag=True, help='Print {"ok": ..., "problems": [...]}.')
+def validate(recipe: str, as_json: bool) -> None:
+    """Check RECIPE and list every problem (exit status 1 when there are any)."""
+    from irflow.errors import RecipeError
+    from irflow.recipe import load_recipe
+
+    try:
+        loaded = load_recipe(recipe, validate=False)
+        problems = loaded.problems()
+        source = loaded.source
+    except RecipeError as error:  # unreadable file, bad TOML/YAML, unknown built-in
+        problems, source, loaded = list(error.problems), error.source or recipe, None
+    if as_json:
+        click.echo(_dumps({"recipe": recipe, "source": source, "ok": not problems, "problems": problems}))
+    elif problems:
+        click.echo(f"{source}: {len(problems)} problem{'' if len(problems) == 1 else 's'}")
+        for problem in problems:
+            click.echo(f"  - {problem}")
+    else:
+        click.echo(f"OK: {source}: recipe {loaded.name!r}, {len(loaded.stages)} stages, output {loaded.output!r}")
+    if problems:
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("recipe")
+@click.option("--format", "fmt", type=click.Choice(["mermaid", "dot"]), default="mermaid", show_default=True)
+def graph(recipe: str, fmt: str) -> None:
+    """Print RECIPE's DAG as Mermaid or Graphviz DOT text (offline)."""
+    from irflow.recipe import load_recipe
+
+    pipeline = load_recipe(recipe).pipeline()
+    click.echo(pipeline.to_mermaid() if fmt == "mermaid" else pipeline.to_dot(), nl=False)
+
+
+@main.command()
+def recipes() -> None:
+    """List the built-in recipes."""
+    from irflow.recipe import builtin_recipes, load_recipe
+
+    for name in builtin_recipes():
+        click.echo(f"{name}: {load_recipe(name, validate=False).description}")
+
+
+# --------------------------------------------------------------------------
+# demo
+
+
+@main.command()
+@click.argument("queries", nargs=-1)
+@click.option("--filter", "filter_json", default=None, help='Metadata filter as JSON, e.g. \'{"owner": "me"}\'.')
+@click.option("--mode", default=None, help="Retrieval mode (dense, lexical, hybrid).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the demo run's trace to this file.")
+@click.option("--k", type=click.IntRange(min=1), default=None, help="Hits per query.")
+def demo(queries: tuple[str, ...], filter_json: str | None, mode: str | None, trace_path: Path | None,
+         k: int | None) -> None:
+    """Search a small corpus of the Python packages installed here (no setup needed)."""
+    if importlib.util.find_spec("irflow.quickstart") is None:
+        raise UserError("the demo is not available in this installation (irflow.quickstart is missing)")
+    from irflow.quickstart import run_demo
+
+    given = {"filter": _json_option(filter_json, "--filter"), "mode": mode,
+             "trace_path": None if trace_path is None else str(trace_path), "k": k}
+    # only what the user gave: run_demo keeps its own defaults for the rest
+    run_demo(list(queries), **{key: value for key, value in given.items() if value is not None}, echo=click.echo)
+
+
+# --------------------------------------------------------------------------
+
+from irflow.cli_trace import trace  # noqa: E402  (the "trace" group lives in its own module)
+
+main.add_command(trace)
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

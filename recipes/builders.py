@@ -1,0 +1,107 @@
+"""The built-in recipes as Python builders (the third equal form of each recipe).
+
+``builders.hybrid() == irflow.load_recipe("hybrid")``: the tests keep the
+Python, TOML and YAML forms equal.  Start from these to build variants::
+
+    from irflow.recipes.builders import hybrid
+    recipe = hybrid().with_stage("dense", "lexical", bm25={"k1": 1.2})
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from irflow.recipe import Recipe, RecipeBuilder, ref
+
+__all__ = ["hybrid", "dense", "lexical", "search", "BUILDERS"]
+
+
+def _first_stage(builder: RecipeBuilder, *, lexical_params: bool) -> RecipeBuilder:
+    """The parameters and the filter stage every built-in recipe starts with."""
+    builder.param("k", 10).param("per_artifact", True)
+    builder.param("filter", None).param("surfaces", None).param("fetch_k", None)
+    if lexical_params:
+        builder.param("bm25", None)
+    builder.derive("fetch_k", "over_fetch", k=ref("k"), if_any=[ref("per_artifact")])
+    builder.stage("candidates", "filter", filter=ref("filter"), surfaces=ref("surfaces"))
+    return builder
+
+
+def hybrid() -> Recipe:
+    """Dense and BM25 over the filtered candidates, fused by RRF or blend, best surface per artifact."""
+    builder = RecipeBuilder(
+        "hybrid", output="collapse",
+        description="dense and BM25 over the filtered candidates, fused by RRF or blend, best surface per artifact")
+    _first_stage(builder, lexical_params=True)
+    builder.param("fusion", "rrf", choices=["rrf", "blend"])
+    builder.params(rrf_k=60, alpha=0.5, bm25_sat_k=8.0)
+    builder.stage("dense", "dense", inputs=["candidates"], fetch_k=ref("fetch_k"))
+    builder.stage("lexical", "lexical", inputs=["candidates"], fetch_k=ref("fetch_k"), bm25=ref("bm25"))
+    builder.stage("fuse", "fuse", inputs=["dense", "lexical"], method=ref("fusion"), rrf_k=ref("rrf_k"),
+                  alpha=ref("alpha"), bm25_sat_k=ref("bm25_sat_k"))
+    builder.stage("collapse", "collapse", inputs=["fuse"], k=ref("k"), per_artifact=ref("per_artifact"))
+    return builder.build()
+
+
+def dense() -> Recipe:
+    """Exact cosine over the filtered candidates, best surface per artifact."""
+    builder = RecipeBuilder("dense", output="collapse",
+                            description="exact cosine over the filtered candidates, best surface per artifact")
+    _first_stage(builder, lexical_params=False)
+    builder.stage("dense", "dense", inputs=["candidates"], fetch_k=ref("fetch_k"))
+    builder.stage("collapse", "collapse", inputs=["dense"], k=ref("k"), per_artifact=ref("per_artifact"))
+    return builder.build()
+
+
+def lexical() -> Recipe:
+    """BM25 over the filtered candidates, best surface per artifact."""
+    builder = RecipeBuilder("lexical", output="collapse",
+                            description="BM25 over the filtered candidates, best surface per artifact")
+    _first_stage(builder, lexical_params=True)
+    builder.stage("lexical", "lexical", inputs=["candidates"], fetch_k=ref("fetch_k"), bm25=ref("bm25"))
+    builder.stage("collapse", "collapse", inputs=["lexical"], k=ref("k"), per_artifact=ref("per_artifact"))
+    return builder.build()
+
+
+def search() -> Recipe:
+    """The seed's ``search()`` as a recipe: what :func:`irflow.retrieve.search` runs.
+
+    formulate -> filter -> dense and/or lexical (by ``mode``) -> fuse ->
+    weight (surface weights, cut to the fetch depth) -> rerank -> boost ->
+    collapse.  Its parameters are exactly the arguments of ``search()``.
+    """
+    builder = RecipeBuilder(
+        "search", output="collapse",
+        description="the seed's search(): filter, dense/lexical/hybrid, surface weights, rerank, boost, "
+                    "best surface per artifact")
+    builder.params(k=10, per_artifact=True)
+    builder.param("mode", "dense", choices=["dense", "lexical", "hybrid"])
+    builder.param("fusion", "rrf", choices=["rrf", "blend"])
+    builder.params(rrf_k=60, alpha=0.5, bm25_sat_k=8.0, rerank_text="surface", rerank_max_chars=2000)
+    for name in ("filter", "surfaces", "fetch_k", "rerank", "bm25", "formulate", "surface_weights", "dep_boost"):
+        builder.param(name, None)
+    later = [ref("rerank"), ref("surface_weights"), ref("dep_boost")]
+    builder.derive("fetch_k", "over_fetch", k=ref("k"), if_any=[ref("per_artifact"), *later])
+    # a query formulated into several texts runs one sub-search per text with per_artifact = false
+    builder.derive("subquery_fetch_k", "over_fetch", given=ref("fetch_k"), k=ref("k"), if_any=later)
+    depth = {"fetch_k": ref("fetch_k"), "subquery_fetch_k": ref("subquery_fetch_k")}
+    builder.stage("formulate", "formulate", formulator=ref("formulate"))
+    builder.stage("candidates", "filter", filter=ref("filter"), surfaces=ref("surfaces"))
+    channel_inputs = {"mask": "candidates", "query": "formulate"}
+    builder.stage("dense", "dense", inputs=channel_inputs, when={"mode": ["dense", "hybrid"]}, **depth)
+    builder.stage("lexical", "lexical", inputs=channel_inputs, when={"mode": ["lexical", "hybrid"]}, **depth,
+                  bm25=ref("bm25"))
+    builder.stage("fuse", "fuse", inputs=["dense", "lexical"], method=ref("fusion"), rrf_k=ref("rrf_k"),
+                  alpha=ref("alpha"), bm25_sat_k=ref("bm25_sat_k"))
+    builder.stage("weight", "weight", inputs=["fuse"], weights=ref("surface_weights"), **depth)
+    builder.stage("rerank", "rerank", inputs=["weight"], reranker=ref("rerank"), text=ref("rerank_text"),
+                  max_chars=ref("rerank_max_chars"))
+    builder.stage("boost", "boost", inputs=["rerank"], boost=ref("dep_boost"))
+    builder.stage("collapse", "collapse", inputs=["boost"], k=ref("k"), per_artifact=ref("per_artifact"),
+                  subquery_k=ref("k"))
+    return builder.build()
+
+
+#: Built-in recipe name -> its Python builder.
+BUILDERS: dict[str, Callable[[], Recipe]] = {"hybrid": hybrid, "dense": dense, "lexical": lexical,
+                                             "search": search}

@@ -1,0 +1,57 @@
+"""dense: exact cosine over the candidates, top ``fetch_k`` per query.
+
+Each distinct query text is embedded once (``corpus.embed_queries``) and the
+whole batch is scored in one matrix product (``corpus.dense_topk``: it
+gathers the candidate rows when the mask is selective, masks afterwards when
+it is not).  Output scale: cosine; provenance ``<stage>.score`` and
+``<stage>.rank``.
+
+``subquery_fetch_k`` (optional) gives each text of a query that a formulate
+stage turned into several texts its own depth: those texts are the seed's
+sub-searches, which fetch by their own rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+import numpy as np
+
+from irflow.batches import Candidates, QueryBatch, Scale
+from irflow.ports import CANDIDATES, MASK, QUERIES, Port
+from irflow.stage import Stage, StageContext, Upstream, param, positive_int, register_stage
+
+from ._util import channel, cut_per_text, empty_channel, fetch_depth, spread, unique_texts
+
+__all__ = ["Dense"]
+
+
+@register_stage
+@attrs.frozen
+class Dense(Stage):
+    """Top ``fetch_k`` candidates per query by exact cosine similarity."""
+
+    kind = "dense"
+    inputs = (
+        Port("mask", MASK, "the candidate rows (a filter stage's output)"),
+        Port("query", QUERIES, "the query batch (the raw queries unless wired to a formulate stage)"),
+    )
+    output = CANDIDATES
+
+    fetch_k: int = param(50, validator=positive_int, doc="candidates kept per query")
+    subquery_fetch_k: int | None = param(
+        None, validator=attrs.validators.optional(positive_int),
+        doc="depth for each text of a query formulated into several (a sub-search); none: fetch_k")
+
+    def output_scales(self, inputs: Mapping[str, tuple[Upstream, ...]]) -> frozenset[Scale]:
+        return frozenset({Scale.COSINE})
+
+    def run(self, ctx: StageContext, mask: np.ndarray, query: QueryBatch) -> Candidates:
+        if len(query) == 0 or not mask.any():
+            return empty_channel(query, Scale.COSINE, ctx.name)
+        texts, inverse = unique_texts(query.texts)
+        vectors = ctx.corpus.embed_queries(texts)
+        topk = ctx.corpus.dense_topk(vectors, mask, fetch_depth(query, self.fetch_k, self.subquery_fetch_k))
+        found = channel(query, *spread(topk, inverse), Scale.COSINE, ctx.name)
+        return cut_per_text(found, self.fetch_k, self.subquery_fetch_k)

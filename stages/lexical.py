@@ -1,0 +1,74 @@
+"""lexical: BM25 over the candidates, top ``fetch_k`` per query.
+
+Query texts are cut by the corpus analyzer (``corpus.tokenize_queries``,
+the one the postings were built with), each distinct text once, and scored
+by ``corpus.bm25_topk``: statistics over the candidate rows by default (the
+seed's semantics; ``bm25 = { stats = "corpus" }`` for corpus statistics),
+only rows containing a query token, scores equal to rank_bm25's.  Output
+scale: bm25; provenance ``<stage>.score`` and ``<stage>.rank``.
+
+``subquery_fetch_k`` (optional) gives each text of a query that a formulate
+stage turned into several texts its own depth: those texts are the seed's
+sub-searches, which fetch by their own rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import numpy as np
+
+from irflow.batches import Candidates, QueryBatch, Scale
+from irflow.ports import CANDIDATES, MASK, QUERIES, Port
+from irflow.stage import Stage, StageContext, Upstream, optional_mapping, param, positive_int, register_stage
+
+from ._util import channel, cut_per_text, empty_channel, fetch_depth, spread, unique_texts
+
+__all__ = ["Lexical"]
+
+
+def _bm25_spec(instance: Any, attribute: Any, value: Any) -> None:
+    optional_mapping(instance, attribute, value)
+    if value is None:
+        return
+    try:
+        from irflow.bm25 import BM25Params
+    except ImportError:  # pragma: no cover - the kernel ships with irflow
+        return
+    BM25Params.from_mapping(value)  # BM25ParamError (a ValueError) names the valid keys and ranges
+
+
+@register_stage
+@attrs.frozen
+class Lexical(Stage):
+    """Top ``fetch_k`` candidates per query by BM25 (only candidates containing a query token)."""
+
+    kind = "lexical"
+    inputs = (
+        Port("mask", MASK, "the candidate rows (a filter stage's output)"),
+        Port("query", QUERIES, "the query batch (the raw queries unless wired to a formulate stage)"),
+    )
+    output = CANDIDATES
+
+    fetch_k: int = param(50, validator=positive_int, doc="candidates kept per query")
+    subquery_fetch_k: int | None = param(
+        None, validator=attrs.validators.optional(positive_int),
+        doc="depth for each text of a query formulated into several (a sub-search); none: fetch_k")
+    bm25: Mapping[str, Any] | None = param(
+        None, validator=_bm25_spec,
+        doc="BM25 settings: variant (okapi|bm25l|bm25plus), k1, b, epsilon, delta, stats (candidates|corpus)")
+
+    def output_scales(self, inputs: Mapping[str, tuple[Upstream, ...]]) -> frozenset[Scale]:
+        return frozenset({Scale.BM25})
+
+    def run(self, ctx: StageContext, mask: np.ndarray, query: QueryBatch) -> Candidates:
+        if len(query) == 0 or not mask.any():
+            return empty_channel(query, Scale.BM25, ctx.name)
+        texts, inverse = unique_texts(query.texts)
+        tokens = ctx.corpus.tokenize_queries(texts)
+        depth = fetch_depth(query, self.fetch_k, self.subquery_fetch_k)
+        topk = ctx.corpus.bm25_topk(tokens, mask, depth, self.bm25)
+        found = channel(query, *spread(topk, inverse), Scale.BM25, ctx.name)
+        return cut_per_text(found, self.fetch_k, self.subquery_fetch_k)

@@ -1,0 +1,187 @@
+"""rerank: re-score each query's candidates with a reranker — the precision stage.
+
+The seed's ``rerank`` hook.  The reranker is any :class:`irflow.reranking.Reranker`
+(``(query, segments) -> one score per segment``): a Python callable, the name
+of an :mod:`irflow.registry` entry, or ``"cross-encoder"`` /
+``"cross-encoder:<model>"`` for the sentence-transformers cross-encoder,
+built lazily once per model.  When that optional extra is missing the stage
+warns once (:class:`RerankerUnavailableWarning`) and keeps the first-stage
+ranking.
+
+It is called once per query text, with the query text (a formulated
+sub-query when there are several) and that query's whole candidate list;
+each segment is ``{"text": ..., "id": record id, "metadata": record
+metadata}``, the text chosen by ``text``: ``"surface"`` (the matched
+surface's text), ``"artifact"`` (the artifact's surfaces joined in plan
+order, through the ledger) or a callable ``(corpus, metadata) -> str``;
+cut to ``max_chars``.  The reranker's score replaces the candidate's score
+(scale ``rerank``) and the candidates are re-sorted stably (ties keep the
+first-stage order).  Provenance: ``<stage>.score``, ``<stage>.input_score``
+and ``<stage>.input_rank`` (the first-stage score and rank).
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import numpy as np
+
+from irflow import registry
+from irflow.batches import Candidates, Scale
+from irflow.errors import NoLedgerEntry
+from irflow.ports import CANDIDATES, Port
+from irflow.reranking import DEFAULT_CROSS_ENCODER, cross_encoder_reranker, score_segments
+from irflow.stage import Stage, StageContext, Upstream, param, positive_int, register_stage
+
+from ._util import callable_or_name
+
+__all__ = ["Rerank", "RerankerUnavailableWarning", "resolve_reranker", "RERANK_TEXTS", "ARTIFACT_JOINER"]
+
+#: The named choices of ``text`` (a callable ``(corpus, metadata) -> str`` is the third form).
+RERANK_TEXTS: tuple[str, ...] = ("surface", "artifact")
+
+#: What joins an artifact's surfaces for ``text = "artifact"``.
+ARTIFACT_JOINER = "\n"
+
+_CROSS_ENCODER = "cross-encoder"
+
+
+class RerankerUnavailableWarning(UserWarning):
+    """The cross-encoder reranker's optional dependency is missing; the first-stage ranking is kept."""
+
+
+# cross-encoders by spec: loading a model is slow, and a missing extra should warn only once
+_BUILT: dict[str, Any] = {}
+_BUILT_LOCK = threading.Lock()
+
+
+def _is_cross_encoder(spec: str) -> bool:
+    return spec == _CROSS_ENCODER or spec.startswith(_CROSS_ENCODER + ":")
+
+
+def resolve_reranker(spec: Any) -> Any:
+    """The reranker ``spec`` names: itself if callable, a cross-encoder, or a registry entry.
+
+    ``"cross-encoder"`` / ``"cross-encoder:<model>"`` build
+    :func:`irflow.reranking.cross_encoder_reranker` once per spec; when
+    sentence-transformers is missing this warns once and returns None (keep
+    the first-stage ranking).  Other strings are :mod:`irflow.registry` names.
+    """
+    if spec is None or callable(spec):
+        return spec
+    if not _is_cross_encoder(spec):
+        return registry.lookup(spec, what="reranker")
+    with _BUILT_LOCK:
+        if spec in _BUILT:
+            return _BUILT[spec]
+        model = spec.partition(":")[2] or DEFAULT_CROSS_ENCODER
+        try:
+            built = cross_encoder_reranker(model)
+        except ImportError as error:
+            warnings.warn(RerankerUnavailableWarning(
+                f"rerank={spec!r} needs the optional sentence-transformers extra ({error}); keeping the "
+                "first-stage ranking. Install it with: pip install 'irflow[st]'"), stacklevel=2)
+            built = None
+        _BUILT[spec] = built
+        return built
+
+
+def _forget_cross_encoders() -> None:
+    """Drop the built cross-encoders and the warned specs (tests; after installing the extra)."""
+    with _BUILT_LOCK:
+        _BUILT.clear()
+
+
+def _text_spec(instance: Any, attribute: Any, value: Any) -> None:
+    if callable(value) or value in RERANK_TEXTS:
+        return
+    raise ValueError(f"must be \"surface\", \"artifact\" or a callable (corpus, metadata) -> str, got {value!r}")
+
+
+@register_stage
+@attrs.frozen
+class Rerank(Stage):
+    """Re-score each query's candidates with a reranker; its score replaces theirs."""
+
+    kind = "rerank"
+    inputs = (Port("candidates", CANDIDATES, "the fetched candidates, ranked"),)
+    output = CANDIDATES
+
+    reranker: Any = param(
+        None, validator=callable_or_name,
+        doc="a Reranker callable, an irflow.registry name, or cross-encoder[:<model>]; none: pass through")
+    text: str | Callable[[Any, Mapping[str, Any]], str] = param(
+        "surface", validator=_text_spec,
+        doc="segment text: surface (the matched surface), artifact (all its surfaces), or (corpus, metadata) -> str")
+    max_chars: int = param(2000, validator=positive_int, doc="segment texts are cut to this many characters")
+
+    def output_scales(self, inputs: Mapping[str, tuple[Upstream, ...]]) -> frozenset[Scale] | None:
+        ups = inputs.get("candidates", ())
+        before = ups[0].scales if ups else None
+        if self.reranker is None:
+            return before
+        # a missing cross-encoder extra keeps the first-stage scores
+        return None if before is None else before | {Scale.RERANK}
+
+    def check(self, inputs: Mapping[str, tuple[Upstream, ...]]) -> list[str]:
+        ups = inputs.get("candidates", ())
+        if self.reranker is not None and ups and ups[0].scales and Scale.BOOSTED in ups[0].scales:
+            return [f"the reranker's score replaces the candidate score, so the boost of input {ups[0].name!r} "
+                    "would be lost; place the boost stage after rerank"]
+        return []
+
+    def run(self, ctx: StageContext, candidates: Candidates) -> Candidates:
+        reranker = resolve_reranker(self.reranker)
+        if reranker is None:
+            return candidates
+        corpus = ctx.corpus
+        rows = candidates.row.tolist()
+        ids = np.asarray(corpus.record_ids)[candidates.row].tolist()
+        records = [corpus.record(row) for row in rows]  # the reranker API is per segment: small (fetch_k)
+        texts = self._texts(corpus, records)
+        scores = np.empty(len(candidates), dtype=np.float64)
+        for i, text in enumerate(candidates.queries.texts):
+            span = candidates.query_slice(i)
+            if span.start == span.stop:
+                continue  # nothing to rank: spare the (possibly expensive) model call
+            segments = [{"text": texts[j], "id": ids[j], "metadata": records[j].metadata}
+                        for j in range(span.start, span.stop)]
+            scores[span] = score_segments(reranker, text, segments)
+        columns = {f"{ctx.name}.score": scores, f"{ctx.name}.input_score": candidates.score,
+                   f"{ctx.name}.input_rank": candidates.rank}
+        return candidates.with_scores(scores, Scale.RERANK, columns).sorted_by_score()
+
+    def _texts(self, corpus: Any, records: list[Any]) -> list[str]:
+        if self.text == "surface":
+            texts = [r.text for r in records]
+        elif self.text == "artifact":
+            joined: dict[str, str] = {}  # an artifact's text once per run, however many of its surfaces matched
+            texts = []
+            for record in records:
+                if record.artifact_id not in joined:
+                    joined[record.artifact_id] = _artifact_text(corpus, record)
+                texts.append(joined[record.artifact_id])
+        else:
+            texts = []
+            for record in records:
+                text = self.text(corpus, record.metadata)
+                if not isinstance(text, str):
+                    raise TypeError(f"rerank text callable {getattr(self.text, '__qualname__', self.text)!r} "
+                                    f"returned {type(text).__name__}; it must return the segment text (a str)")
+                texts.append(text)
+        return [t[: self.max_chars] for t in texts]
+
+
+def _artifact_text(corpus: Any, record: Any) -> str:
+    """The artifact's surfaces joined in plan order (the matched surface alone without a ledger entry)."""
+    from irflow.ledger import records_for_artifact
+
+    try:
+        siblings = records_for_artifact(corpus, record.artifact_id)
+    except NoLedgerEntry:
+        return record.text
+    return ARTIFACT_JOINER.join(r.text for r in siblings)

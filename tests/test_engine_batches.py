@@ -1,0 +1,223 @@
+"""QueryBatch, Scale and Candidates: the data every stage passes on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine_fakes import FakeTopK, cands
+from irflow.batches import Candidates, QueryBatch, Scale, fill_value, frozen_array
+
+
+# -- QueryBatch ---------------------------------------------------------------
+
+
+def test_query_batch_raw_is_its_own_root():
+    b = QueryBatch.of(["a", "b"])
+    assert b.texts == ("a", "b") and b.originals == ("a", "b")
+    assert b.origin.tolist() == [0, 1] and b.n_original == 2
+    assert b.is_root and b.root() is b and len(b) == 2
+
+
+def test_query_batch_expand_keeps_origins():
+    b = QueryBatch.of(["a", "b"]).expand([["a1", "a2"], ["b1"]])
+    assert b.texts == ("a1", "a2", "b1")
+    assert b.origin.tolist() == [0, 0, 1]
+    assert not b.is_root
+    assert b.root() == QueryBatch.of(["a", "b"])
+    again = b.expand([["x"], [], ["y", "z"]])
+    assert again.origin.tolist() == [0, 1, 1] and again.originals == ("a", "b")
+
+
+def test_query_batch_equality_and_hash():
+    assert QueryBatch.of(["a"]) == QueryBatch.of(["a"])
+    assert hash(QueryBatch.of(["a"])) == hash(QueryBatch.of(["a"]))
+    assert QueryBatch.of(["a"]) != QueryBatch.of(["b"])
+    assert QueryBatch(("a", "a"), [0, 0], ("a",)) != QueryBatch.of(["a", "a"])
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("abc", "single string"),
+    ([1], "must be a string"),
+])
+def test_query_batch_rejects_non_strings(bad, message):
+    with pytest.raises(TypeError, match=message):
+        QueryBatch.of(bad)
+
+
+def test_query_batch_validates_origin():
+    with pytest.raises(ValueError, match="origin has 1 entries for 2"):
+        QueryBatch(("a", "b"), [0], ("a", "b"))
+    with pytest.raises(ValueError, match="must index the 1 original"):
+        QueryBatch(("a", "b"), [0, 1], ("a",))
+    with pytest.raises(ValueError, match="one list per query text"):
+        QueryBatch.of(["a"]).expand([])
+
+
+# -- Scale ------------------------------------------------------------------------
+
+
+def test_scale_values_docs_and_ordinality():
+    assert Scale("rrf") is Scale.RRF and str(Scale.COSINE) == "cosine"
+    assert Scale.RRF.ordinal and not Scale.COSINE.ordinal and not Scale.BM25.ordinal
+    assert all(s.doc for s in Scale)
+    with pytest.raises(ValueError):
+        Scale("nope")
+
+
+# -- Candidates ---------------------------------------------------------------------
+
+
+def test_ranks_follow_order_within_each_query():
+    c = cands(["q0", "q1", "q2"], [[(5, 0.9), (3, 0.5), (1, 0.1)], [], [(2, 1.0)]])
+    assert c.rank.tolist() == [1, 2, 3, 1]
+    assert c.counts().tolist() == [3, 0, 1]
+    assert c.offsets.tolist() == [0, 3, 3, 4]
+    rows, scores = c.per_query(0)
+    assert rows.tolist() == [5, 3, 1] and scores.tolist() == [0.9, 0.5, 0.1]
+    assert c.per_query(1)[0].size == 0
+    assert c.query_slice(2) == slice(3, 4)
+    assert len(c) == 4 and c.n_queries == 3
+    with pytest.raises(IndexError):
+        c.per_query(3)
+
+
+def test_columns_have_fixed_dtypes_and_are_read_only():
+    c = cands(["q"], [[(1, 0.5), (2, 0.25)]], name="dense")
+    assert c.query_index.dtype == np.int32 and c.row.dtype == np.int64
+    assert c.score.dtype == np.float64 and c.rank.dtype == np.int32
+    for array in (c.query_index, c.row, c.score, c.rank, *c.provenance.values()):
+        with pytest.raises(ValueError):
+            array[0] = 0
+    with pytest.raises(TypeError):
+        c.provenance["x"] = np.zeros(2)  # type: ignore[index]
+
+
+def test_read_only_views_leave_the_callers_array_writable():
+    rows = np.array([1, 2])
+    c = Candidates(QueryBatch.of(["q"]), [0, 0], rows, [1.0, 0.5], "cosine")
+    rows[0] = 7  # the caller's array keeps its flags (and is not copied)
+    assert rows.flags.writeable
+    assert frozen_array([1, 2], np.int64).flags.writeable is False
+    assert c.row.dtype == np.int64
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"query_index": [0, 0], "row": [1], "score": [1.0, 2.0]}, "one entry per candidate"),
+    ({"query_index": [1, 0], "row": [1, 2], "score": [1.0, 2.0]}, "grouped by query"),
+    ({"query_index": [0, 2], "row": [1, 2], "score": [1.0, 2.0]}, "within \\[0, 2\\)"),
+    ({"query_index": [0], "row": [1], "score": [float("nan")]}, "must not be NaN"),
+])
+def test_invalid_columns_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Candidates(QueryBatch.of(["a", "b"]), scale="cosine", **kwargs)
+
+
+def test_provenance_must_be_row_aligned():
+    with pytest.raises(ValueError, match="provenance column 'x' has shape"):
+        Candidates(QueryBatch.of(["a"]), [0], [1], [1.0], "cosine", {"x": [1, 2]})
+    with pytest.raises(TypeError, match="non-empty strings"):
+        Candidates(QueryBatch.of(["a"]), [0], [1], [1.0], "cosine", {"": [1]})
+
+
+def test_inactive_is_empty():
+    c = Candidates.inactive(QueryBatch.of(["a"]))
+    assert not c.active and len(c) == 0 and c.scale is Scale.NONE
+    with pytest.raises(ValueError, match="inactive Candidates batch must be empty"):
+        Candidates(QueryBatch.of(["a"]), [0], [1], [1.0], "cosine", active=False)
+    assert len(Candidates.empty(QueryBatch.of(["a", "b"]))) == 0
+
+
+def test_take_gathers_provenance_and_renumbers_ranks():
+    c = cands(["a", "b"], [[(1, 0.9), (2, 0.8), (3, 0.7)], [(4, 0.6)]], name="dense")
+    t = c.take([2, 0, 3])
+    assert t.row.tolist() == [3, 1, 4]
+    assert t.rank.tolist() == [1, 2, 1]
+    assert t.provenance["dense.rank"].tolist() == [3, 1, 1]  # the channel's rank survives
+    with pytest.raises(ValueError, match="grouped by query"):
+        c.take([3, 0])
+
+
+def test_select_cut_and_sorted_by_score_is_stable():
+    c = cands(["a", "b"], [[(1, 0.1), (2, 0.5), (3, 0.5), (4, 0.9)], [(5, 0.3), (6, 0.3)]])
+    s = c.sorted_by_score()
+    assert s.row.tolist() == [4, 2, 3, 1, 5, 6]  # 2 before 3 and 5 before 6: equal scores keep order
+    assert s.cut(2).row.tolist() == [4, 2, 5, 6]
+    assert s.cut(10) is s
+    assert s.cut(0).row.tolist() == []
+    assert c.select(c.score > 0.2).row.tolist() == [2, 3, 4, 5, 6]
+    with pytest.raises(ValueError, match="k >= 0"):
+        c.cut(-1)
+    with pytest.raises(ValueError, match="keep has shape"):
+        c.select([True])
+
+
+def test_ranked_sorts_unordered_columns():
+    b = QueryBatch.of(["a", "b"])
+    c = Candidates.ranked(b, [1, 0, 1, 0], [10, 11, 12, 13], [0.2, 0.4, 0.9, 0.4], "bm25", {"x": [1, 2, 3, 4]})
+    assert c.query_index.tolist() == [0, 0, 1, 1]
+    assert c.row.tolist() == [11, 13, 12, 10]  # 11 before 13: tie keeps given order
+    assert c.provenance["x"].tolist() == [2, 4, 3, 1]
+
+
+def test_with_scores_and_with_provenance_do_not_touch_the_original():
+    c = cands(["a"], [[(1, 0.9), (2, 0.8)]], name="dense")
+    w = c.with_scores(c.score * 2, "weighted", {"weight.factor": [2.0, 2.0]})
+    assert w.score.tolist() == [1.8, 1.6] and w.scale is Scale.WEIGHTED
+    assert set(w.provenance) == {"dense.score", "dense.rank", "weight.factor"}
+    assert set(c.provenance) == {"dense.score", "dense.rank"} and c.score.tolist() == [0.9, 0.8]
+    assert c.with_provenance({"x": [1, 2]}).column("x").tolist() == [1, 2]
+    assert c.column("rank").tolist() == [1, 2]
+    with pytest.raises(KeyError, match="columns: row, score"):
+        c.column("nope")
+
+
+def test_from_topk_names_the_channel():
+    top = FakeTopK(np.array([0, 0, 1], np.int32), np.array([4, 2, 7]), np.array([0.9, 0.5, 0.3]), 2)
+    c = Candidates.from_topk(top, QueryBatch.of(["a", "b"]), "cosine", name="dense")
+    assert c.rank.tolist() == [1, 2, 1]
+    assert c.provenance["dense.score"].tolist() == [0.9, 0.5, 0.3]
+    assert c.provenance["dense.rank"].tolist() == [1, 2, 1]
+    with pytest.raises(ValueError, match="holds 2 queries"):
+        Candidates.from_topk(top, QueryBatch.of(["a"]), "cosine")
+
+
+def test_equality_fingerprint_and_origin_index():
+    a = cands(["a"], [[(1, 0.9), (2, 0.8)]], name="dense")
+    b = cands(["a"], [[(1, 0.9), (2, 0.8)]], name="dense")
+    assert a == b and a.fingerprint() == b.fingerprint()
+    assert a != cands(["a"], [[(1, 0.9), (2, 0.7)]], name="dense")
+    assert a != a.with_provenance({"x": [1, 2]}) and a.fingerprint() != a.with_provenance({"x": [1, 2]}).fingerprint()
+    nan = a.with_provenance({"f": [np.nan, 1.0]})
+    assert nan == a.with_provenance({"f": [np.nan, 1.0]})
+    with pytest.raises(TypeError):
+        hash(a)
+    expanded = QueryBatch.of(["a", "b"]).expand([["a1", "a2"], ["b"]])
+    c = Candidates(expanded, [0, 1, 2], [5, 6, 7], [1.0, 1.0, 1.0], "cosine")
+    assert c.origin_index.tolist() == [0, 0, 1]
+    assert "3 queries, 3 candidates, scale=cosine" in repr(c)
+
+
+def test_fill_values():
+    assert np.isnan(fill_value(np.float64)) and fill_value(np.int32) == 0
+    assert fill_value(bool) is False and fill_value(object) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 50), st.floats(-5, 5)), max_size=6), min_size=1, max_size=5),
+       st.integers(0, 7))
+def test_sort_cut_invariants(per_query, k):
+    c = cands([f"q{i}" for i in range(len(per_query))], per_query)
+    s = c.sorted_by_score()
+    for i in range(c.n_queries):
+        rows, scores = s.per_query(i)
+        assert np.all(np.diff(scores) <= 0)
+        # stable: equal scores keep the original order
+        original = [r for r, _ in per_query[i]]
+        expected = [per_query[i][j][0] for j in sorted(range(len(original)), key=lambda j: -per_query[i][j][1])]
+        assert rows.tolist() == expected
+    cut = s.cut(k)
+    assert cut.counts().tolist() == [min(len(h), k) for h in per_query]
+    assert np.all(cut.rank <= k) if len(cut) else True

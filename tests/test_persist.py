@@ -1,0 +1,396 @@
+"""The on-disk format: layout, verification of damaged files, durable deletes, and kill-mid-write safety."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import irflow.corpus as corpus_module
+from irflow.corpus import Corpus, build, open_corpus
+from irflow.errors import CorpusError
+from irflow.generations import PAUSE_ENV
+from irflow.ledger import records_for_artifact
+from irflow.records import Record
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _records(n_artifacts: int = 6) -> list[Record]:
+    records = []
+    for a in range(n_artifacts):
+        artifact = f"pkg{a}"
+        records.append(Record(artifact, "name", artifact, {"owner": f"o{a % 3}", "n": a}))
+        records.append(Record(artifact, "description", f"package {a} parses {'json yaml toml'.split()[a % 3]} files", {"owner": f"o{a % 3}"}))
+        records.append(Record(artifact, "readme_chunk", f"install pkg{a} with pip; it supports python {a % 4 + 8}", {}))
+    return records
+
+
+def _current(root: Path) -> str:
+    return (root / "CURRENT").read_text().split()[0]
+
+
+def _snapshot(corpus: Corpus) -> dict:
+    """Everything a reader can observe, to compare a corpus before and after a killed writer."""
+    queries = ["json files", "install pip python"]
+    dense = corpus.dense_topk(corpus.embed_queries(queries), corpus.candidate_mask(), 5)
+    lexical = corpus.bm25_topk(corpus.tokenize_queries(queries), corpus.candidate_mask(), 5)
+    return {
+        "records": [r.to_dict() for r in corpus.store],
+        "ledger": dict(corpus.store.ledger),
+        "vectors": np.asarray(corpus.vectors).tobytes(),
+        "dense": (dense.row.tolist(), dense.score.tolist()),
+        "lexical": (lexical.row.tolist(), lexical.score.tolist()),
+    }
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    path = tmp_path / "corpus"
+    build(_records(), embedder="hash:32", path=path)
+    return path
+
+
+# -- layout ------------------------------------------------------------------------------
+
+
+def test_layout_and_manifest(root: Path) -> None:
+    assert _current(root) == "gen-000001"
+    gen = root / "gen-000001"
+    manifest = json.loads((gen / "manifest.json").read_text())
+    assert manifest["format"] == "irflow-corpus" and manifest["version"] == 1
+    assert manifest["counts"]["rows"] == 18 and manifest["counts"]["live"] == 18 and manifest["counts"]["artifacts"] == 6
+    assert manifest["embedder"]["spec"] == "hash:32" and manifest["embedder"]["dim"] == 32
+    assert manifest["analyzer"]["name"] == "identifier"
+    assert manifest["kinds"] == ["name", "description", "readme_chunk"]
+    expected = {"records.json", "ledger.json", "tombstones.npy", "vectors.npy", "vocab.json", "postings.term_offsets.npy"}
+    assert expected <= set(manifest["files"])
+    for name, entry in manifest["files"].items():
+        data = (gen / name).read_bytes()
+        assert entry["bytes"] == len(data)
+        assert entry["blake2b"] == hashlib.blake2b(data, digest_size=16).hexdigest()
+    vectors = np.load(gen / "vectors.npy", mmap_mode="r", allow_pickle=False)
+    assert vectors.shape == (18, 32) and vectors.dtype == np.float32
+    # CURRENT pins the manifest too.
+    assert (root / "CURRENT").read_text().split()[1] == hashlib.blake2b((gen / "manifest.json").read_bytes(), digest_size=16).hexdigest()
+
+
+def test_opened_arrays_are_memory_mapped(root: Path) -> None:
+    corpus = open_corpus(root)
+    base = corpus.vectors
+    while base is not None and not isinstance(base, np.memmap):
+        base = base.base
+    assert isinstance(base, np.memmap)
+
+
+# -- damage is detected -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("file", ["records.json", "ledger.json", "vectors.npy", "postings.post_rows.npy", "vocab.json", "tombstones.npy"])
+def test_truncated_file_raises_corpus_error_naming_it(root: Path, file: str) -> None:
+    path = root / "gen-000001" / file
+    path.write_bytes(path.read_bytes()[:-3])
+    for verify in (True, False):  # sizes are checked even without checksums
+        with pytest.raises(CorpusError, match=rf"{file}.*truncated.*rebuild"):
+            open_corpus(root, verify=verify)
+
+
+@pytest.mark.parametrize("file", ["records.json", "vectors.npy", "postings.post_tfs.npy", "ledger.json"])
+def test_altered_byte_raises_corpus_error_naming_it(root: Path, file: str) -> None:
+    path = root / "gen-000001" / file
+    data = bytearray(path.read_bytes())
+    data[len(data) - 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorpusError, match=rf"{file}.*checksum.*rebuild"):
+        open_corpus(root)
+
+
+def test_missing_file_manifest_and_current(root: Path, tmp_path: Path) -> None:
+    (root / "gen-000001" / "vocab.json").unlink()
+    with pytest.raises(CorpusError, match="vocab.json is missing"):
+        open_corpus(root)
+    manifest = root / "gen-000001" / "manifest.json"
+    manifest.write_text(manifest.read_text().replace('"live": 18', '"live": 17'))
+    with pytest.raises(CorpusError, match="manifest.json.*checksum"):
+        open_corpus(root)
+    (root / "CURRENT").write_text("gen-000001")  # a CURRENT cut short
+    with pytest.raises(CorpusError, match="CURRENT does not hold"):
+        open_corpus(root)
+    (root / "CURRENT").unlink()
+    with pytest.raises(CorpusError, match="not an irflow corpus"):
+        open_corpus(root)
+    with pytest.raises(CorpusError, match="does not exist"):
+        open_corpus(tmp_path / "nowhere")
+
+
+def _rewrite_manifest(root: Path, change: dict) -> None:
+    gen = root / _current(root)
+    manifest = json.loads((gen / "manifest.json").read_text())
+    manifest.update(change)
+    raw = json.dumps(manifest).encode()
+    (gen / "manifest.json").write_bytes(raw)
+    (root / "CURRENT").write_text(f"{gen.name} {hashlib.blake2b(raw, digest_size=16).hexdigest()}\n")
+
+
+def test_unknown_format_version_is_refused(root: Path) -> None:
+    _rewrite_manifest(root, {"version": 99})
+    with pytest.raises(CorpusError, match="version 99.*rebuild"):
+        open_corpus(root)
+
+
+def test_inconsistent_shapes_are_refused(root: Path) -> None:
+    _rewrite_manifest(root, {"embedder": {"spec": "hash:32", "dim": 31, "description": "", "source": "embedded"}})
+    with pytest.raises(CorpusError, match="vectors.npy"):
+        open_corpus(root)
+
+
+# -- records_for_artifact by path never touches the embedder or the vectors -----------------
+
+
+def test_sibling_lookup_by_path_reads_only_the_store(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import irflow.embedders as embedders_module
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("records_for_artifact must not resolve an embedder")
+
+    monkeypatch.setattr(embedders_module, "resolve_embedder", refuse)
+    monkeypatch.setattr(corpus_module, "resolve_embedder", refuse)
+    vectors = root / "gen-000001" / "vectors.npy"
+    vectors.write_bytes(vectors.read_bytes()[:-8])  # a damaged vectors file is never read
+    siblings = records_for_artifact(root, "pkg2")
+    assert [r.surface_kind for r in siblings] == ["name", "description", "readme_chunk"]
+    assert records_for_artifact(str(root), "pkg2", surface_kind="name")[0].text == "pkg2"
+    with pytest.raises(CorpusError, match="vectors.npy"):
+        open_corpus(root)
+
+
+def test_sibling_lookup_by_path_still_verifies_the_store(root: Path) -> None:
+    records = root / "gen-000001" / "records.json"
+    records.write_bytes(records.read_bytes().replace(b"pkg2", b"pkgX"))
+    with pytest.raises(CorpusError, match="records.json"):
+        records_for_artifact(root, "pkg2")
+
+
+# -- durable deletes -------------------------------------------------------------------------
+
+
+def test_delete_record_persists_as_a_new_generation(root: Path) -> None:
+    corpus = open_corpus(root)
+    victim = corpus.store.ledger["pkg1"][2]
+    inode = (root / "gen-000001" / "vectors.npy").stat().st_ino
+    corpus.store.delete_record(victim)
+    assert _current(root) == "gen-000002" and not (root / "gen-000001").exists()
+    # Unchanged files are hard links of the previous generation's (same inode).
+    assert (root / "gen-000002" / "vectors.npy").stat().st_ino == inode
+    manifest = json.loads((root / "gen-000002" / "manifest.json").read_text())
+    assert manifest["counts"]["live"] == 17
+    reopened = open_corpus(root)
+    row = int(np.flatnonzero(reopened.record_ids == victim)[0])
+    assert victim not in reopened.store and not reopened.candidate_mask()[row]
+    assert dict(reopened.store.ledger) == dict(corpus.store.ledger)  # ledger untouched
+    with pytest.raises(KeyError, match=f"{victim}.*pkg1.*stale"):
+        records_for_artifact(root, "pkg1")
+    # The in-memory corpus still answers, from arrays of the removed generation.
+    assert corpus.dense_topk(corpus.embed_queries(["json"]), None, 3).row.size == 3
+
+
+def test_delete_copies_when_hard_links_are_refused(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import irflow.generations as generations
+
+    def no_links(source: object, target: object) -> None:
+        raise OSError("hard links not supported here")
+
+    monkeypatch.setattr(generations.os, "link", no_links)
+    corpus = open_corpus(root)
+    corpus.store.delete_record(corpus.record_ids[3])
+    reopened = open_corpus(root, verify=True)
+    assert len(reopened) == 17 and _current(root) == "gen-000002"
+
+
+def test_deletes_from_two_handles_are_merged(root: Path) -> None:
+    first, second = open_corpus(root), open_corpus(root)
+    a, b = first.record_ids[0], second.record_ids[5]
+    first.store.delete_record(a)
+    second.store.delete_record(b)
+    assert a not in second.store  # merged from disk by the second writer
+    reopened = open_corpus(root)
+    assert a not in reopened.store and b not in reopened.store and len(reopened) == 16
+
+
+def test_delete_after_a_rebuild_is_refused(root: Path) -> None:
+    stale = open_corpus(root)
+    build(_records(3), embedder="hash:32", path=root)
+    with pytest.raises(CorpusError, match="rebuilt since it was opened"):
+        stale.store.delete_record(stale.record_ids[0])
+    assert stale.record_ids[0] in stale.store  # memory never claims a delete the disk lacks
+
+
+# -- kill mid-write ------------------------------------------------------------------------------
+
+_REBUILD = """
+import sys
+from irflow.corpus import build
+from irflow.records import Record
+n = int(sys.argv[2])
+records = [Record(f"new{i // 4}", "chunk", f"replacement text {i} " * 20, {"i": i}) for i in range(n)]
+build(records, embedder="hash:32", path=sys.argv[1])
+"""
+
+_DELETE = """
+import sys
+from irflow.corpus import open_corpus
+corpus = open_corpus(sys.argv[1])
+corpus.store.delete_record(corpus.record_ids[0])
+"""
+
+
+def _spawn(script: str, root: Path, *args: str, env_extra: dict | None = None) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.update(env_extra or {})
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), str(root), *args], env=env, cwd=REPO)
+
+
+def _wait_for(marker: Path, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not marker.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"writer exited ({proc.returncode}) before reaching the pause point")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("writer never reached the pause point")
+        time.sleep(0.02)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+
+
+def _assert_intact(root: Path, before: dict) -> None:
+    reopened = open_corpus(root, verify=True)
+    assert _snapshot(reopened) == before
+    assert len(records_for_artifact(root, "pkg3")) == 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["after:records.json", "after:vectors.npy", "before-rename", "before-current"])
+def test_killed_rebuild_leaves_the_previous_corpus_intact(root: Path, tmp_path: Path, point: str) -> None:
+    before = _snapshot(open_corpus(root))
+    marker = tmp_path / "paused"
+    proc = _spawn(_REBUILD, root, "400", env_extra={PAUSE_ENV: f"{point}@{marker}"})
+    _wait_for(marker, proc)
+    _kill(proc)
+    _assert_intact(root, before)
+    # The next writer cleans up the debris and succeeds.
+    build(_records(2), embedder="hash:32", path=root)
+    assert open_corpus(root).n_rows == 6
+    assert sorted(p.name for p in root.iterdir()) == [".lock", "CURRENT", _current(root)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["after:tombstones.npy", "before-current"])
+def test_killed_delete_leaves_the_previous_corpus_intact(root: Path, tmp_path: Path, point: str) -> None:
+    before = _snapshot(open_corpus(root))
+    marker = tmp_path / "paused"
+    proc = _spawn(_DELETE, root, env_extra={PAUSE_ENV: f"{point}@{marker}"})
+    _wait_for(marker, proc)
+    _kill(proc)
+    _assert_intact(root, before)
+
+
+@pytest.mark.slow
+def test_killed_first_build_leaves_no_corpus(tmp_path: Path) -> None:
+    root = tmp_path / "fresh"
+    marker = tmp_path / "paused"
+    proc = _spawn(_REBUILD, root, "50", env_extra={PAUSE_ENV: f"before-current@{marker}"})
+    _wait_for(marker, proc)
+    _kill(proc)
+    with pytest.raises(CorpusError, match="interrupted"):
+        open_corpus(root)
+    build(_records(), embedder="hash:32", path=root)  # and the path is reusable
+    assert open_corpus(root).n_rows == 18
+
+
+_CHURN_REBUILDS = """
+import json, sys
+from pathlib import Path
+import numpy as np
+from irflow.corpus import build
+from irflow.records import Record
+original = [Record.from_dict(d) for d in json.loads(Path(sys.argv[2]).read_text())]
+vectors = np.random.default_rng(7).normal(size=(2000, 1024))  # wide: writing dominates the loop
+other = [Record(f"b{i // 4}", "chunk", f"b item {i}", {"i": i}, vector=vectors[i]) for i in range(2000)]
+Path(sys.argv[3]).write_text("ready")
+while True:  # alternate two corpora over one path until killed
+    build(other, embedder=None, path=sys.argv[1])
+    build(original, embedder="hash:32", path=sys.argv[1])
+"""
+
+_CHURN_DELETES = """
+import sys
+from pathlib import Path
+from irflow.corpus import open_corpus
+corpus = open_corpus(sys.argv[1])
+Path(sys.argv[2]).write_text("ready")
+for record_id in list(corpus.record_ids):  # row order, so the deleted rows are always a prefix
+    if record_id in corpus.store:
+        corpus.store.delete_record(record_id)
+"""
+
+
+def _kill_at_random(proc: subprocess.Popen, ready: Path, rng: random.Random, longest: float) -> None:
+    _wait_for(ready, proc)
+    time.sleep(rng.uniform(0.0, longest))
+    if proc.poll() is None:
+        _kill(proc)
+    else:
+        assert proc.returncode == 0, "the writer failed on its own"
+    ready.unlink()
+
+
+@pytest.mark.slow
+def test_rebuilds_killed_at_random_moments(root: Path, tmp_path: Path) -> None:
+    """No hook: SIGKILL a writer alternating two corpora; the survivor is always one of them, whole and verified."""
+    before = _snapshot(open_corpus(root))
+    expected_other = np.random.default_rng(7).normal(size=(2000, 1024))
+    expected_other = (expected_other / np.linalg.norm(expected_other, axis=1, keepdims=True)).astype(np.float32)
+    originals = tmp_path / "records.json"
+    originals.write_text(json.dumps([r.to_dict() for r in _records()]))
+    ready = tmp_path / "ready"
+    rng = random.Random(1234)
+    for _ in range(3):
+        _kill_at_random(_spawn(_CHURN_REBUILDS, root, str(originals), str(ready)), ready, rng, 1.5)
+        reopened = open_corpus(root, verify=True)
+        if reopened.n_rows == 18:
+            assert _snapshot(reopened) == before
+        else:
+            assert reopened.n_rows == 2000 and reopened.record(1999).text == "b item 1999"
+            np.testing.assert_allclose(reopened.vectors, expected_other, rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_deletes_killed_at_random_moments(tmp_path: Path) -> None:
+    """No hook: SIGKILL a process deleting record after record; what survives is a whole prefix of its deletes."""
+    root = tmp_path / "churn"
+    original = build(_records(40), embedder="hash:32", path=root)
+    ready = tmp_path / "ready"
+    rng = random.Random(99)
+    for _ in range(3):
+        _kill_at_random(_spawn(_CHURN_DELETES, root, str(ready)), ready, rng, 0.8)
+        reopened = open_corpus(root, verify=True)
+        deleted = np.flatnonzero(~reopened.live)
+        assert deleted.tolist() == list(range(deleted.size))
+        assert [r.to_dict() for r in reopened.store] == [original.record(row).to_dict() for row in range(deleted.size, 120)]
+        np.testing.assert_array_equal(reopened.vectors, original.vectors)
+        assert dict(reopened.store.ledger) == dict(original.store.ledger)
