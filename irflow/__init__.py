@@ -1,8 +1,35 @@
-"""irflow — document retrieval as an explicit, inspectable dataflow."""
+"""irflow — document retrieval as an explicit, inspectable dataflow.
+
+A query goes through a DAG of small typed stages (formulate, filter, dense,
+lexical, fuse, weight, rerank, boost, collapse, expand) declared in a recipe
+(TOML, YAML or Python), run in batches and traced stage by stage.
+:func:`search` is one prebuilt recipe (``recipes/search.toml``) on that engine.
+
+>>> import irflow
+>>> corpus = irflow.build([irflow.Record("unbox", "description", "unpack any archive")])
+>>> [hit.artifact_id for hit in irflow.search(corpus, "archive", mode="hybrid")]
+['unbox']
+"""
 
 from __future__ import annotations
 
+from irflow.batches import Candidates, QueryBatch, Scale
+from irflow.bm25 import BM25Params
+from irflow.constants import (
+    DFLT_BLEND_ALPHA,
+    DFLT_BM25_SAT_K,
+    DFLT_RRF_K,
+    FUSIONS,
+    MODES,
+    Identity,
+    Retriever,
+    ScoreBoost,
+)
+from irflow.corpus import Corpus, build, open_corpus
+from irflow.boosts import dependency_evidence_boost
+from irflow.embedders import Embedder, resolve_embedder
 from irflow.errors import (
+    AnalyzerError,
     CorpusError,
     EmbedderError,
     FilterError,
@@ -11,19 +38,77 @@ from irflow.errors import (
     RecipeError,
     StageError,
 )
+from irflow.executor import StageCache
+from irflow.federate import fuse_hits
+from irflow.filters import CompiledFilter, compile_filter
+from irflow.ledger import records_for_artifact
+from irflow.recipe import Recipe, RecipeBuilder, builtin_recipes, load_recipe
 from irflow.records import Record, SearchHit
+from irflow.reranking import Reranker, cross_encoder_reranker, rerank, with_reranker
+from irflow.result import Result
+from irflow.retrieve import as_retriever, search
+from irflow.stage import Stage, register_stage, stage_kinds
+from irflow.store import CorpusStore
+from irflow.text import ANALYZERS, Analyzer, get_analyzer
+from irflow.trace import Trace, diff
+from irflow import registry
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ANALYZERS",
+    "AnalyzerError",
+    "Analyzer",
+    "BM25Params",
+    "Candidates",
+    "CompiledFilter",
+    "Corpus",
     "CorpusError",
+    "CorpusStore",
+    "DFLT_BLEND_ALPHA",
+    "DFLT_BM25_SAT_K",
+    "DFLT_RRF_K",
+    "Embedder",
     "EmbedderError",
+    "FUSIONS",
     "FilterError",
+    "Identity",
     "IrflowError",
+    "MODES",
     "NoLedgerEntry",
+    "QueryBatch",
+    "Recipe",
+    "RecipeBuilder",
     "RecipeError",
     "Record",
+    "Reranker",
+    "Result",
+    "Retriever",
+    "Scale",
+    "ScoreBoost",
     "SearchHit",
+    "Stage",
+    "StageCache",
     "StageError",
+    "Trace",
     "__version__",
+    "as_retriever",
+    "build",
+    "builtin_recipes",
+    "compile_filter",
+    "cross_encoder_reranker",
+    "dependency_evidence_boost",
+    "diff",
+    "fuse_hits",
+    "get_analyzer",
+    "load_recipe",
+    "open_corpus",
+    "records_for_artifact",
+    "register_stage",
+    "registry",
+    "rerank",
+    "resolve_embedder",
+    "search",
+    "stage_kinds",
+    "with_reranker",
 ]

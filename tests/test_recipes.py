@@ -25,7 +25,7 @@ from irflow.recipe import (
 )
 from irflow.recipes.builders import BUILDERS
 
-BUILTINS = ("dense", "hybrid", "lexical")
+BUILTINS = ("dense", "hybrid", "lexical", "search")
 
 
 # -- built-in recipes ---------------------------------------------------------------------

@@ -198,3 +198,13 @@ def test_records_for_artifact_through_retrieve(corpus):
     assert [r.surface_index for r in siblings] == sorted(r.surface_index for r in siblings)
     with pytest.raises(retrieve.NoLedgerEntry):
         retrieve.records_for_artifact(corpus, "nope")
+
+
+def test_module_docstrings_are_valid_doctests():
+    import doctest
+
+    from irflow.stages import formulate, weight
+
+    for module in (retrieve, formulate, weight):
+        result = doctest.testmod(module)
+        assert result.failed == 0 and result.attempted > 0, module.__name__

@@ -73,9 +73,9 @@ def check(corpus, query, params):
     assert got == [h.__class__(**{**h.to_dict(), "score": g.score}) for h, g in zip(expected, got)]
 
 
-@pytest.mark.parametrize("index", range(8))
+@pytest.mark.parametrize("index", range(16))
 def test_search_equals_the_recipe_and_the_reference_over_a_grid(corpus, index):
-    for i, params in enumerate(grid(480, seed=4)[index * 60:(index + 1) * 60]):
+    for i, params in enumerate(grid(1200, seed=4)[index * 75:(index + 1) * 75]):
         check(corpus, QUERIES[(index + i) % len(QUERIES)], params)
 
 

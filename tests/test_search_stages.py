@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
