@@ -94,7 +94,9 @@ def lexical_channel(corpus: Any, query: str, rows: list[int], fetch: int, bm25: 
     docs = [corpus.tokenizer(corpus.record(row).text) for row in rows]
     scores = BM25Okapi(docs, **(bm25 or {})).get_scores(tokens)
     found = [(row, float(s)) for row, s, doc in zip(rows, scores, docs) if set(tokens) & set(doc)]
-    return sorted(found, key=lambda pair: (-pair[1], pair[0]))[:fetch]
+    # rank_bm25 sums in its own order, so two documents with mathematically equal scores can differ
+    # in the last bit: scores equal to 1e-9 are ties, and ties go to the earlier row
+    return sorted(found, key=lambda pair: (-round(pair[1], 9), pair[0]))[:fetch]
 
 
 def fuse(dense: list, lexical: list, fusion: str, rrf_k: float, alpha: float, sat_k: float) -> list:

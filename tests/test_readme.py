@@ -62,3 +62,9 @@ def test_readme_swap_example_is_a_valid_recipe():
     recipe = Recipe.from_toml(swapped)
     assert recipe.stages["dense"].kind == "lexical"
     assert recipe != load_recipe("hybrid")
+    from irflow.recipe import ref
+
+    in_python = load_recipe("hybrid").with_stage(
+        "dense", "lexical", inputs=["candidates"], fetch_k=ref("fetch_k"),
+        bm25={"variant": "bm25plus", "k1": 1.2, "b": 0.5})
+    assert recipe == in_python
