@@ -46,12 +46,13 @@ from irflow.recipe import Recipe, RecipeBuilder, builtin_recipes, load_recipe
 from irflow.records import Record, SearchHit
 from irflow.reranking import Reranker, cross_encoder_reranker, rerank, with_reranker
 from irflow.result import Result
-from irflow.retrieve import as_retriever, search
+from irflow.retrieve import SearchError, as_retriever, search
 from irflow.stage import Stage, register_stage, stage_kinds
 from irflow.store import CorpusStore
 from irflow.text import ANALYZERS, Analyzer, get_analyzer
 from irflow.trace import Trace, diff
 from irflow import registry
+from irflow.stages.rerank import RerankerUnavailableWarning
 
 __version__ = "0.1.0"
 
@@ -86,7 +87,9 @@ __all__ = [
     "Retriever",
     "Scale",
     "ScoreBoost",
+    "SearchError",
     "SearchHit",
+    "RerankerUnavailableWarning",
     "Stage",
     "StageCache",
     "StageError",

@@ -1,4 +1,4 @@
-"""The ``irflow`` command line: index, run, validate, graph, trace, demo.
+"""The ``irflow`` command line: index, run, eval, validate, graph, trace, demo.
 
 Readable output by default, ``--json`` for machines.  A user mistake — a bad
 recipe, a missing corpus, a malformed ``--set``, any :class:`IrflowError`, a
@@ -10,6 +10,7 @@ unexpected exception is a bug and keeps its traceback.
     irflow run hybrid --corpus ./corpus --query "sql parser" --set k=5 --trace run.jsonl
     irflow trace show run.jsonl --stage fuse
     irflow trace diff run.jsonl --stages dense fuse
+    irflow eval lexical hybrid --dataset ../shared/data/scifact --sweep rrf_k=10,60 --baseline lexical
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import click
 from irflow import __version__
 from irflow.errors import IrflowError
 
-__all__ = ["main", "UserError", "parse_sets"]
+__all__ = ["main", "UserError", "parse_sets", "parse_sweeps"]
 
 
 class UserError(click.ClickException):
@@ -265,6 +266,96 @@ def recipes() -> None:
 
     for name in builtin_recipes():
         click.echo(f"{name}: {load_recipe(name, validate=False).description}")
+
+
+# --------------------------------------------------------------------------
+# eval
+
+
+def parse_sweeps(ctx: click.Context | None, param: click.Parameter | None,
+                 values: Sequence[str]) -> dict[str, list[Any]]:
+    """``["rrf_k=10,30,60", "fusion=rrf,blend"]`` -> ``{"rrf_k": [10, 30, 60], "fusion": ["rrf", "blend"]}``.
+
+    Each comma-separated value is parsed as JSON when it parses, else kept as
+    the string (like ``--set``); a name given twice is a mistake, not a merge.
+    """
+    out: dict[str, list[Any]] = {}
+    for item in values:
+        name, eq, raw = item.partition("=")
+        name = name.strip()
+        pieces = [p.strip() for p in raw.split(",")]
+        if not eq or not name or not all(pieces):
+            raise click.BadParameter(f"{item!r} is not NAME=V1,V2,... (e.g. --sweep rrf_k=10,30,60)",
+                                     ctx=ctx, param=param)
+        if name in out:
+            raise click.BadParameter(f"{name!r} is swept twice; list all its values in one --sweep {name}=V1,V2,...",
+                                     ctx=ctx, param=param)
+        parsed = []
+        for piece in pieces:
+            try:
+                parsed.append(json.loads(piece))
+            except json.JSONDecodeError:
+                parsed.append(piece)
+        out[name] = parsed
+    return out
+
+
+@main.command("eval")
+@click.argument("recipes", nargs=-1, required=True, metavar="RECIPE [RECIPE ...]")
+@click.option("--dataset", required=True, metavar="DIR",
+              help="A BEIR-format collection: corpus.jsonl, queries.jsonl, qrels/<split>.tsv.")
+@click.option("--split", default="test", show_default=True, help="Which qrels/<split>.tsv to evaluate on.")
+@click.option("--metrics", default="ndcg@10,recall@100,mrr@10,map,p@10", show_default=True,
+              help="Comma-separated metrics: ndcg@K, recall@K, mrr@K, p@K, map.")
+@click.option("--set", "settings", multiple=True, callback=parse_sets, metavar="NAME=VALUE",
+              help="Set a recipe parameter for every recipe that has it (JSON value, else a string); repeatable.")
+@click.option("--sweep", "sweeps", multiple=True, callback=parse_sweeps, metavar="NAME=V1,V2,...",
+              help="Evaluate each value (every combination across --sweep options); repeatable.")
+@click.option("--embedder", default="hash", show_default=True,
+              help='Embedder spec ("hash", "hash:512", "st:all-MiniLM-L6-v2"), or "none" for lexical only.')
+@click.option("--analyzer", default=None, help="Analyzer name (plain, identifier, english); default identifier.")
+@click.option("--title-mode", type=click.Choice(["prepend", "separate", "ignore"]), default="prepend",
+              show_default=True, help="How document titles become records.")
+@click.option("--depth", type=click.IntRange(min=1), default=None,
+              help="Documents ranked per query (default: the largest metric cutoff, 1000 for map).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Queries run per recipe call.")
+@click.option("--baseline", default=None, metavar="RECIPE",
+              help="Compare every system with this one (a label or another recipe): paired tests, Holm-corrected.")
+@click.option("--runs", "runs_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write each system's ranking as a TREC run file into this directory.")
+@click.option("--cache/--no-cache", default=True, show_default=True,
+              help="Reuse the corpus built for this collection and settings ($IRFLOW_HOME/cache/eval).")
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
+@click.option("--json", "as_json", is_flag=True, help="Print only {recipe: {metric: value}} as JSON.")
+def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: str, settings: dict[str, Any],
+                 sweeps: dict[str, list[Any]], embedder: str, analyzer: str | None, title_mode: str,
+                 depth: int | None, batch_size: int, baseline: str | None, runs_dir: Path | None, cache: bool,
+                 progress: bool | None, as_json: bool) -> None:
+    """Evaluate RECIPEs (files or built-in names) on a test collection and print the metrics."""
+    from irflow.evaluate import evaluate
+
+    show = sys.stderr.isatty() if progress is None else progress
+    result = evaluate(list(recipes), dataset, split=split, metrics=metrics, params=settings, sweep=sweeps or None,
+                      embedder=None if embedder.lower() == "none" else embedder, analyzer=analyzer,
+                      title_mode=title_mode, batch_size=batch_size, depth=depth, progress=show,
+                      use_cache=cache, baseline=baseline)
+    if runs_dir is not None:
+        try:
+            written = result.write_runs(runs_dir)
+        except OSError as error:
+            raise UserError(f"cannot write the runs to {runs_dir}: {error.strerror or error}") from None
+        click.echo(f"{len(written)} run file{'' if len(written) == 1 else 's'} written to {runs_dir}", err=True)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+        return
+    source = result.corpus
+    where = "" if source is None or source.path is None else f"; corpus {source.status}: {source.path}"
+    click.echo(f"{result.dataset} ({result.split} split, {result.n_queries} queries, depth {result.depth}{where})")
+    click.echo(result.table())
+    if result.baseline is not None and len(result) > 1:
+        click.echo("")
+        click.echo(result.compare().table())
 
 
 # --------------------------------------------------------------------------

@@ -211,13 +211,7 @@ class Analyzer:
             units = _UNIT.findall(text)
             found = list(map(cache.get, units))
             if None in found:
-                room = len(cache) < _CACHE_LIMIT
-                for i, unit in enumerate(units):
-                    if found[i] is None:
-                        tokens = _unit_tokens(unit.lower() if self.lowercase else unit, unit, self.lowercase)
-                        found[i] = tuple(self._finish(tokens) if self._finishes else tokens)
-                        if room:
-                            cache[unit] = found[i]
+                self._fill(units, found, cache)
             return list(chain.from_iterable(found))  # type: ignore[arg-type]
         # Slow path (rare texts): cut the lowered text, read case from the
         # original where the two still line up.
@@ -236,11 +230,32 @@ class Analyzer:
     def _finishes(self) -> bool:
         return self.stopwords is not None or self.stemmer is not None
 
-    def _finish(self, tokens: list[str]) -> list[str]:
-        """Remove stopwords and stem, through a cache from token to result.
+    def _fill(self, units: list[str], found: list[Any], cache: dict[str, tuple[str, ...]]) -> None:
+        """Compute the tokens of the units ``found`` lacks (cache misses), caching them while there is room."""
+        missing = [i for i, tokens in enumerate(found) if tokens is None]
+        lowercase = self.lowercase
+        raw = {i: _unit_tokens(units[i].lower() if lowercase else units[i], units[i], lowercase) for i in missing}
+        if self._finishes:
+            # One stemming call for all the new tokens of the text.
+            finished = self._finish_map(chain.from_iterable(raw.values()))
+            raw = {i: [r for r in map(finished.__getitem__, tokens) if r] for i, tokens in raw.items()}
+        room = len(cache) < _CACHE_LIMIT
+        for i, tokens in raw.items():
+            found[i] = tuple(tokens)
+            if room:
+                cache[units[i]] = found[i]
 
-        The cache maps a token to its stem, or to "" when it is a stopword;
-        tokens not seen before are stemmed together in one ``stemWords`` call.
+    def _finish(self, tokens: list[str]) -> list[str]:
+        """Remove stopwords and stem: the tokens minus stopwords, each stemmed."""
+        finished = self._finish_map(tokens)
+        return [r for r in map(finished.__getitem__, tokens) if r]
+
+    def _finish_map(self, tokens: Iterable[str]) -> dict[str, str]:
+        """Each distinct token -> its stem, or "" for a stopword; through a shared cache.
+
+        Tokens not seen before are stemmed together in one ``stemWords`` call.
+        Results are returned in a local dict, so a full cache (which stops
+        growing) loses nothing.
         """
         cache = _FINISH_CACHES.setdefault((self.stopwords, self.stemmer), {})
         results: dict[str, str] = {}
@@ -258,7 +273,7 @@ class Analyzer:
                 if token in stop:
                     results[token] = ""
                 elif self.stemmer is None or _IDENTIFIER_CHARS.search(token):
-                    results[token] = token
+                    results[token] = token  # identifiers are names: kept verbatim
                 else:
                     to_stem.append(token)
             if to_stem:
@@ -267,7 +282,7 @@ class Analyzer:
                 results.update(zip(to_stem, _stemmer(self.stemmer).stemWords(to_stem)))  # type: ignore[arg-type]
             if len(cache) < _CACHE_LIMIT:
                 cache.update((token, results[token]) for token in new)
-        return [s for s in map(results.__getitem__, tokens) if s]
+        return results
 
     # -- manifest round-trip -----------------------------------------------
 

@@ -13,7 +13,7 @@ from typing import Callable
 
 from irflow.recipe import Recipe, RecipeBuilder, ref
 
-__all__ = ["hybrid", "dense", "lexical", "search", "BUILDERS"]
+__all__ = ["hybrid", "dense", "lexical", "search", "hybrid_rerank", "expand_rerank", "BUILDERS"]
 
 
 def _first_stage(builder: RecipeBuilder, *, lexical_params: bool) -> RecipeBuilder:
@@ -102,6 +102,73 @@ def search() -> Recipe:
     return builder.build()
 
 
+def _reranked_hybrid(builder: RecipeBuilder) -> RecipeBuilder:
+    """Parameters and stages shared by the reranking recipes, up to the cut to the fetch depth.
+
+    filter -> dense + lexical -> fuse -> cut: the reranker must see at most
+    ``fetch_k`` candidates per query (the seed's rule), and a fused union
+    holds up to two channels' worth.  The fetch depth over-fetches
+    (``max(k * 5, 50)``) when collapsing per artifact or reranking.
+    """
+    builder.params(k=10, per_artifact=True)
+    for name in ("filter", "surfaces", "fetch_k", "bm25", "rerank"):
+        builder.param(name, None)
+    builder.param("fusion", "rrf", choices=["rrf", "blend"])
+    builder.params(rrf_k=60, alpha=0.5, bm25_sat_k=8.0, rerank_text="surface", rerank_max_chars=2000)
+    builder.derive("fetch_k", "over_fetch", k=ref("k"), if_any=[ref("per_artifact"), ref("rerank")])
+    builder.stage("candidates", "filter", filter=ref("filter"), surfaces=ref("surfaces"))
+    builder.stage("dense", "dense", inputs=["candidates"], fetch_k=ref("fetch_k"))
+    builder.stage("lexical", "lexical", inputs=["candidates"], fetch_k=ref("fetch_k"), bm25=ref("bm25"))
+    builder.stage("fuse", "fuse", inputs=["dense", "lexical"], method=ref("fusion"), rrf_k=ref("rrf_k"),
+                  alpha=ref("alpha"), bm25_sat_k=ref("bm25_sat_k"))
+    builder.stage("cut", "weight", inputs=["fuse"], fetch_k=ref("fetch_k"))  # no weights: only the cut
+    return builder
+
+
+def _rerank_and_collapse(builder: RecipeBuilder, upstream: str) -> RecipeBuilder:
+    """The reranker (``$rerank``; none passes through) and the per-artifact collapse to ``k``."""
+    builder.stage("rerank", "rerank", inputs=[upstream], reranker=ref("rerank"), text=ref("rerank_text"),
+                  max_chars=ref("rerank_max_chars"))
+    builder.stage("collapse", "collapse", inputs=["rerank"], k=ref("k"), per_artifact=ref("per_artifact"))
+    return builder
+
+
+def hybrid_rerank() -> Recipe:
+    """Hybrid retrieval, then a reranker over the fused candidates, best surface per artifact.
+
+    filter -> dense + lexical -> fuse (rrf) -> cut to fetch_k -> rerank ->
+    collapse.  ``rerank`` defaults to none (pass-through, offline); pass a
+    Reranker at run time, a registry name, or ``"cross-encoder"``
+    (``--set rerank=cross-encoder`` on the command line).
+    """
+    builder = RecipeBuilder(
+        "hybrid-rerank", output="collapse",
+        description="dense and BM25 fused by RRF, the top fetch_k reranked, best surface per artifact")
+    _reranked_hybrid(builder)
+    return _rerank_and_collapse(builder, "cut").build()
+
+
+def expand_rerank() -> Recipe:
+    """Retrieve, expand each hit to its neighbouring surfaces, rerank them all, best surface per artifact.
+
+    filter -> dense + lexical -> fuse -> cut to fetch_k -> expand (``window``
+    plan positions around each hit, optionally only ``expand_surfaces``
+    kinds) -> rerank -> collapse.  The reranker judges every surface near a
+    hit, so an artifact is represented by its best-judged surface.  Without a
+    reranker, siblings tie with the hit that brought them and the collapse
+    keeps the first of them in plan order.
+    """
+    builder = RecipeBuilder(
+        "expand-rerank", output="collapse",
+        description="hybrid retrieval, each hit expanded to its neighbouring surfaces, all reranked, "
+                    "best surface per artifact")
+    _reranked_hybrid(builder)
+    builder.param("window", 1).param("expand_surfaces", None)
+    builder.stage("expand", "expand", inputs=["cut"], window=ref("window"), surface_kind=ref("expand_surfaces"))
+    return _rerank_and_collapse(builder, "expand").build()
+
+
 #: Built-in recipe name -> its Python builder.
 BUILDERS: dict[str, Callable[[], Recipe]] = {"hybrid": hybrid, "dense": dense, "lexical": lexical,
-                                             "search": search}
+                                             "search": search, "hybrid-rerank": hybrid_rerank,
+                                             "expand-rerank": expand_rerank}

@@ -1,0 +1,276 @@
+"""Dense exact top-k: irflow's ``dense_topk`` against a naive numpy argsort and faiss IndexFlatIP.
+
+Data: ``n`` x 384 float32 rows with random Gaussian entries, L2-normalized
+(fixed seed), at 100k and 1M rows (1M x 384 = 1.5 GB; faiss keeps its own
+copy).  Queries are corpus rows plus noise, normalized, float32, so every
+query has a few true near neighbours.  Filters keep a random 1%, 10% or 50%
+of the rows (fixed seed) — scattered rows, the worst case for a gather.
+
+Systems, all exact, top 10 by inner product (= cosine):
+
+* irflow — ``irflow.dense.dense_topk(matrix, queries, mask, 10)``: one
+  matrix product for the batch; with a selective filter it gathers the
+  kept rows first, otherwise it masks the scores after the product.
+* naive — ``scores = queries @ matrix.T``, dropped rows set to -inf,
+  ``np.argsort(-scores, axis=1)[:, :10]``: what one writes without care.
+  A full sort is slow on big batches, so on those it answers the first
+  batch once only (said in the table).
+* faiss — ``IndexFlatIP`` over the same matrix.  With a filter, two ways:
+  ``faiss sel`` passes an ``IDSelectorBitmap`` through
+  ``SearchParameters(sel=...)`` (faiss then skips the dropped rows, in its
+  non-BLAS code path), and ``faiss subset`` gathers the kept rows into a new
+  ``IndexFlatIP`` per call and maps ids back (gather + add + search timed,
+  like irflow's gather).  Skipped when faiss is not installed.
+
+Timing: single queries, and batches of 64 and 256 (time per query); per
+item the median of ``--repeats`` runs, systems interleaved, then the median
+over items.  Both clocks are printed: CPU time of the process (all threads)
+and wall time.  BLAS (numpy's OpenBLAS) and faiss (OpenMP) both use every
+core by default, so wall time is the latency and CPU time the work; the
+ratios quoted in ``benchmarks/README.md`` say which.  ``--threads 1`` limits
+every thread pool (threadpoolctl + ``faiss.omp_set_num_threads``) for a
+single-core comparison.  Results are checked: the fraction of queries whose
+top-10 rows equal irflow's is printed.
+
+    python benchmarks/dense.py                    # 100k and 1M (about 10 minutes)
+    python benchmarks/dense.py --sizes 100000
+    python benchmarks/dense.py --quick            # smoke test, under a minute
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _harness as H  # noqa: E402
+
+H.ensure_irflow()
+
+from irflow.dense import dense_topk  # noqa: E402
+
+FILTERS: tuple[float | None, ...] = (None, 0.01, 0.10, 0.50)
+
+
+# -- data ---------------------------------------------------------------------------------
+
+
+def make_matrix(n: int, d: int, seed: int) -> np.ndarray:
+    """``n`` x ``d`` float32 random rows, L2-normalized (made in chunks to bound the temporaries)."""
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, d), dtype=np.float32)
+    for lo in range(0, n, 100_000):
+        block = rng.standard_normal((min(100_000, n - lo), d), dtype=np.float32)
+        block /= np.linalg.norm(block, axis=1, keepdims=True)
+        out[lo:lo + block.shape[0]] = block
+    return out
+
+
+def make_queries(matrix: np.ndarray, n: int, seed: int, noise: float = 0.5) -> np.ndarray:
+    """``n`` queries: random corpus rows plus Gaussian noise, normalized, float32."""
+    rng = np.random.default_rng(seed + 1)
+    rows = rng.integers(0, matrix.shape[0], n)
+    q = matrix[rows] + noise * rng.standard_normal((n, matrix.shape[1]), dtype=np.float32) / np.sqrt(
+        matrix.shape[1], dtype=np.float32)
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    return np.ascontiguousarray(q, dtype=np.float32)
+
+
+def make_mask(n: int, keep: float, seed: int) -> np.ndarray:
+    """A random row mask keeping ``keep`` of ``n`` rows (exactly round(keep * n))."""
+    rng = np.random.default_rng(seed + 2 + int(keep * 1000))
+    mask = np.zeros(n, dtype=bool)
+    mask[rng.choice(n, size=max(1, round(keep * n)), replace=False)] = True
+    return mask
+
+
+# -- systems ------------------------------------------------------------------------------
+
+
+def irflow_run(matrix: np.ndarray, mask: np.ndarray | None, k: int) -> Callable[[np.ndarray], np.ndarray]:
+    def run(q: np.ndarray) -> np.ndarray:
+        top = dense_topk(matrix, q, mask, k)
+        return top.row.reshape(q.shape[0], -1) if len(top) == q.shape[0] * k else top.row
+    return run
+
+
+def naive_run(matrix: np.ndarray, mask: np.ndarray | None, k: int) -> Callable[[np.ndarray], np.ndarray]:
+    drop = None if mask is None else ~mask
+
+    def run(q: np.ndarray) -> np.ndarray:
+        scores = q @ matrix.T
+        if drop is not None:
+            scores[:, drop] = -np.inf
+        return np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return run
+
+
+def faiss_runs(index: Any, matrix: np.ndarray, mask: np.ndarray | None, k: int) -> dict[str, Callable]:
+    import faiss
+
+    if mask is None:
+        return {"faiss": lambda q: index.search(q, k)[1]}
+    bitmap = np.packbits(mask, bitorder="little")
+    selector = faiss.IDSelectorBitmap(mask.size, faiss.swig_ptr(bitmap))
+    params = faiss.SearchParameters(sel=selector)
+    kept = np.flatnonzero(mask)
+
+    def with_selector(q: np.ndarray, _keep=(bitmap, selector)) -> np.ndarray:  # keep the bitmap alive
+        return index.search(q, k, params=params)[1]
+
+    def subset(q: np.ndarray) -> np.ndarray:
+        sub = faiss.IndexFlatIP(matrix.shape[1])
+        sub.add(np.take(matrix, kept, axis=0))
+        return kept[sub.search(q, k)[1]]
+    return {"faiss sel": with_selector, "faiss subset": subset}
+
+
+def limit_threads(n: int | None) -> Any:
+    """Limit BLAS / OpenMP pools (and faiss's) to ``n`` threads; returns the controller to keep."""
+    if n is None:
+        return None
+    try:
+        import faiss
+
+        faiss.omp_set_num_threads(n)
+    except ImportError:
+        pass
+    try:
+        from threadpoolctl import threadpool_limits
+
+        return threadpool_limits(limits=n)
+    except ImportError:
+        print("  (threadpoolctl not installed: --threads applies to faiss only)")
+        return None
+
+
+# -- one size ------------------------------------------------------------------------------
+
+
+def agreement(reference: np.ndarray, other: np.ndarray) -> float:
+    """Fraction of queries whose top-k row lists are equal."""
+    reference = np.asarray(reference).reshape(other.shape[0], -1)
+    return float(np.mean([np.array_equal(a, b) for a, b in zip(reference, np.asarray(other))]))
+
+
+def run_size(n: int, args: argparse.Namespace) -> list[dict[str, Any]]:
+    d, k = args.dim, args.k
+    t0 = time.perf_counter()
+    matrix = make_matrix(n, d, args.seed)
+    batch_sizes = [b for b in args.batches if b > 0]
+    n_queries = max([args.queries] + [b * args.n_batches for b in batch_sizes])
+    queries = make_queries(matrix, n_queries, args.seed)
+    index = None
+    if H.have("faiss") and not args.no_faiss:
+        import faiss
+
+        index = faiss.IndexFlatIP(d)
+        index.add(matrix)
+    print(f"\n=== {n} x {d} float32 ({matrix.nbytes / 2**30:.2f} GiB; made in {time.perf_counter() - t0:.1f} s)"
+          f"{'' if index is not None else '; faiss not installed: skipped'} ===")
+    results = []
+    for keep in FILTERS:
+        mask = None if keep is None else make_mask(n, keep, args.seed)
+        systems: dict[str, Callable[[np.ndarray], Any]] = {
+            "irflow": irflow_run(matrix, mask, k), "naive argsort": naive_run(matrix, mask, k)}
+        if index is not None:
+            systems.update(faiss_runs(index, matrix, mask, k))
+        label = "no filter" if keep is None else f"filter keeps {keep:.0%}"
+        rows = []
+        for b in [1] + batch_sizes:
+            items = [queries[i:i + 1] for i in range(args.queries)] if b == 1 else \
+                [queries[i * b:(i + 1) * b] for i in range(args.n_batches)]
+            plan = {}
+            for name, run in systems.items():
+                reps, count = args.repeats, len(items)
+                if name == "naive argsort" and b * n > 20_000_000:  # a full sort per query: slow
+                    reps, count = 1, 1
+                plan[name] = ((lambda i, run=run, items=items: run(items[i])), count, reps)
+            timing = H.interleaved(plan, len(items))
+            mine = irflow_run(matrix, mask, k)(items[0])
+            for name in systems:
+                out = np.asarray(systems[name](items[0]))
+                same = agreement(mine, out)
+                first = len(timing[name])
+                note = "" if first == len(items) else f" ({first}x1)"
+                cpu = timing[name].median_ms("cpu") / b
+                wall = timing[name].median_ms("wall") / b
+                ref_cpu = statistics.median(timing["irflow"].cpu[:first]) * 1e3 / b
+                ref_wall = statistics.median(timing["irflow"].wall[:first]) * 1e3 / b
+                rows.append([name + note, b, wall, cpu, H.ratio(wall, ref_wall), H.ratio(cpu, ref_cpu), same])
+                results.append({"n": n, "filter": keep, "batch": b, "system": name, "wall_ms": wall,
+                                "cpu_ms": cpu, "x_wall": H.ratio(wall, ref_wall), "x_cpu": H.ratio(cpu, ref_cpu),
+                                "same": same})
+        print(f"\n{label}: top-{k} time per query, ms (median over "
+              f"{args.queries} single queries / {args.n_batches} batches, {args.repeats} repeats each)")
+        print(H.table(["system", "batch", "wall ms/q", "cpu ms/q", "x wall", "x cpu", "same top-k"], rows))
+    print("  x = system time / irflow time on the same queries (> 1: irflow faster); "
+          "same top-k = share of queries whose top-k rows equal irflow's")
+    return results
+
+
+def targets(results: Sequence[Mapping[str, Any]]) -> None:
+    """Issue 5's dense targets, from the figures just measured."""
+    print("\ntargets (issue 5):")
+
+    def pick(n: int, keep: float | None, batch: int, system: str) -> Mapping[str, Any] | None:
+        return next((r for r in results if r["n"] == n and r["filter"] == keep and r["batch"] == batch
+                     and r["system"] == system), None)
+
+    for n in sorted({r["n"] for r in results}):
+        for batch in sorted({r["batch"] for r in results}):
+            faiss_row = pick(n, None, batch, "faiss")
+            if faiss_row is None:
+                continue
+            need = 1.2 if batch == 1 else 1.1
+            # irflow time / faiss time = 1 / x
+            wall, cpu = 1 / faiss_row["x_wall"], 1 / faiss_row["x_cpu"]
+            verdict = "met" if wall <= need else "NOT met"
+            print(f"  {n} rows, batch {batch}: irflow / faiss = {wall:.2f} wall, {cpu:.2f} cpu "
+                  f"(target <= {need}) {verdict} on wall")
+        none, one = pick(n, None, 1, "irflow"), pick(n, 0.01, 1, "irflow")
+        if none and one:
+            gain_w, gain_c = none["wall_ms"] / one["wall_ms"], none["cpu_ms"] / one["cpu_ms"]
+            print(f"  {n} rows, single query: no filter / 1% filter = {gain_w:.1f}x wall, {gain_c:.1f}x cpu "
+                  f"(target >= 20) {'met' if gain_w >= 20 else 'NOT met'} on wall")
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="100000,1000000", help="row counts (comma list)")
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--queries", type=int, default=16, help="single queries timed")
+    parser.add_argument("--batches", default="64,256", help="batch sizes (comma list)")
+    parser.add_argument("--n-batches", type=int, default=3, help="batches timed per batch size")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="limit BLAS/OpenMP threads (default: all)")
+    parser.add_argument("--no-faiss", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="20k rows, few queries (smoke test)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.queries, args.batches, args.n_batches, args.repeats = "20000", 8, "64", 2, 3
+    args.batches = [int(b) for b in str(args.batches).split(",") if b]
+    controller = limit_threads(args.threads)  # noqa: F841 - kept alive for the run
+
+    print("dense top-k benchmark: irflow dense_topk vs naive numpy argsort and faiss IndexFlatIP")
+    for line in H.machine_lines():
+        print(line)
+    if args.threads:
+        print(f"thread pools limited to {args.threads}")
+    results = []
+    for n in [int(s) for s in args.sizes.split(",") if s]:
+        results += run_size(n, args)
+    targets(results)
+    return results
+
+
+if __name__ == "__main__":
+    main()
