@@ -36,6 +36,7 @@ from irflow.errors import (
     IrflowError,
     NoLedgerEntry,
     RecipeError,
+    RerankerUnavailableWarning,
     StageError,
 )
 from irflow.executor import StageCache
@@ -52,7 +53,6 @@ from irflow.store import CorpusStore
 from irflow.text import ANALYZERS, Analyzer, get_analyzer
 from irflow.trace import Trace, diff
 from irflow import registry
-from irflow.stages.rerank import RerankerUnavailableWarning
 
 __version__ = "0.1.0"
 

@@ -65,3 +65,7 @@ class NoLedgerEntry(IrflowError, KeyError):
 
     def __str__(self) -> str:  # KeyError quotes its argument; we want the sentence
         return str(self.args[0]) if self.args else "no ledger entry"
+
+
+class RerankerUnavailableWarning(UserWarning):
+    """The cross-encoder reranker's optional dependency is missing; the first-stage ranking is kept."""

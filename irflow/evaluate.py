@@ -363,7 +363,7 @@ def _depth_params(recipe: Recipe, given: Mapping[str, Any], depth: int, per_docu
     if "k" in known and "k" not in given:
         out["k"] = depth
     if per_document and "fetch_k" in known and "fetch_k" not in given:
-        out["fetch_k"] = max(depth, int(given.get("k", depth)))
+        out["fetch_k"] = given.get("k", depth)
     return out
 
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from irflow import registry
 from irflow.batches import Candidates, Scale
-from irflow.errors import NoLedgerEntry
+from irflow.errors import NoLedgerEntry, RerankerUnavailableWarning
 from irflow.ports import CANDIDATES, Port
 from irflow.reranking import DEFAULT_CROSS_ENCODER, cross_encoder_reranker, score_segments
 from irflow.stage import Stage, StageContext, Upstream, param, positive_int, register_stage
@@ -48,10 +48,6 @@ RERANK_TEXTS: tuple[str, ...] = ("surface", "artifact")
 ARTIFACT_JOINER = "\n"
 
 _CROSS_ENCODER = "cross-encoder"
-
-
-class RerankerUnavailableWarning(UserWarning):
-    """The cross-encoder reranker's optional dependency is missing; the first-stage ranking is kept."""
 
 
 # cross-encoders by spec: loading a model is slow, and a missing extra should warn only once
