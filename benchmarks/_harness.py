@@ -11,9 +11,9 @@ not inflate it.  For single-threaded code (BM25 kernels, a single dense
 query without BLAS threads) it equals the latency an idle machine would
 show; for multi-threaded code (BLAS, OpenMP) it is the total work, which is
 larger than the latency, so the scripts print both and say which they quote.
-Systems are *interleaved*: for each query, each repeat runs every system
-once in turn, so a burst of load hits all of them alike, and the figure
-kept per query is the median over its repeats.
+Systems are *interleaved* by pass: a pass runs one system over all its
+queries in order, passes alternate between systems, and the figure kept
+per query is the median over its passes (see ``interleaved``).
 
 Memory.  Peak and retained memory are read from ``/proc/self/status``
 (``VmHWM`` and ``VmRSS``) in a fresh child process per system: the child
@@ -94,26 +94,35 @@ def measure(call: Callable[[], Any]) -> tuple[float, float, Any]:
 
 def interleaved(systems: Mapping[str, tuple[Callable[[int], Any], int, int]],
                 n_items: int) -> dict[str, Sample]:
-    """Time ``systems`` item by item, interleaved.
+    """Time ``systems`` pass by pass, interleaved.
 
     ``systems[name] = (run, items, repeats)``: ``run(i)`` handles item ``i``
     (a query, a batch); the system takes part in the first ``items`` items
-    only (slow peers answer a few queries), ``repeats`` times each.  Returns
-    per-system per-item medians.
+    only (slow peers answer a few queries), ``repeats`` times each.  One
+    *pass* runs a system over all its items in order (consecutive calls get
+    different queries, as in a service: no query finds its own data still in
+    cache); passes alternate between systems, in a rotating order, so a
+    burst of load on the shared machine hits every system alike.  Returns
+    per-system per-item medians over the passes.
     """
-    out = {name: Sample() for name in systems}
-    for i in range(n_items):
-        active = [(name, run, reps) for name, (run, items, reps) in systems.items() if i < items]
-        walls: dict[str, list[float]] = {name: [] for name, _, _ in active}
-        cpus: dict[str, list[float]] = {name: [] for name, _, _ in active}
-        for r in range(max((reps for _, _, reps in active), default=0)):
-            for name, run, reps in active:
-                if r < reps:
-                    w, c, _ = measure(lambda: run(i))
-                    walls[name].append(w)
-                    cpus[name].append(c)
-        for name, _, _ in active:
-            out[name].add(walls[name], cpus[name])
+    del n_items  # each system's own item count rules
+    names = list(systems)
+    walls: dict[str, list[list[float]]] = {n: [[] for _ in range(systems[n][1])] for n in names}
+    cpus: dict[str, list[list[float]]] = {n: [[] for _ in range(systems[n][1])] for n in names}
+    for r in range(max((reps for _, _, reps in systems.values()), default=0)):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            run, items, reps = systems[name]
+            if r >= reps:
+                continue
+            for i in range(items):
+                w, c, _ = measure(lambda: run(i))
+                walls[name][i].append(w)
+                cpus[name][i].append(c)
+    out = {name: Sample() for name in names}
+    for name in names:
+        for w, c in zip(walls[name], cpus[name]):
+            out[name].add(w, c)
     return out
 
 

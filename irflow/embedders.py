@@ -25,6 +25,7 @@ import importlib
 import importlib.util
 import re
 import threading
+from itertools import chain
 from typing import Any, Callable, Sequence
 
 import attrs
@@ -310,40 +311,33 @@ class HashEmbedder:
                 out[start : start + step] = self._embed_chunk(texts[start : start + step], dim)
         return out
 
-    def _signed_bucket(self, data: bytes, dim: int) -> int:
-        key = int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
-        return ((key >> 1) % dim) * 2 + (key & 1)
-
-    def _add_word(self, word: str, dim: int) -> int:
-        """Hash a word seen for the first time; returns its id."""
+    def _add_words(self, words: list[str], dim: int) -> None:
+        """Append the features of words seen for the first time to the table, in id order."""
         table = self._table
         features = table.features
-        keys = []
-        marked = f"<{word}>"
-        for n in (3, 4, 5):
-            for i in range(len(marked) - n + 1):
-                gram = marked[i : i + n]
-                key = features.get(gram)
-                if key is None:
-                    key = self._signed_bucket(b"g:" + gram.encode("utf-8", "surrogatepass"), dim)
-                    if len(features) < 4 * self.max_words:
-                        features[gram] = key
-                keys.append(key)
-        word_id = len(table.word_ids)
-        table.word_ids[word] = word_id
-        table.unigram.extend([self._signed_bucket(b"w:" + word.encode("utf-8", "surrogatepass"), dim)])
-        table.ngram_keys.extend(keys)
-        table.ngram_offsets.extend([table.ngram_keys.size])
-        return word_id
+        grams = [
+            [marked[i : i + n] for n in (3, 4, 5) for i in range(len(marked) - n + 1)]
+            for marked in ("<" + word + ">" for word in words)
+        ]
+        flat = list(chain.from_iterable(grams))
+        keys = list(map(features.get, flat))
+        if None in keys:
+            missing = list({gram for gram, key in zip(flat, keys) if key is None})
+            hashed = dict(zip(missing, _signed_buckets(missing, b"g:", dim)))
+            if len(features) < 4 * self.max_words:
+                features.update(hashed)
+            keys = [hashed[gram] if key is None else key for gram, key in zip(flat, keys)]
+        table.unigram.extend(_signed_buckets(words, b"w:", dim))
+        table.ngram_keys.extend(keys)  # type: ignore[arg-type]
+        ends = table.ngram_offsets.view()[-1] + np.cumsum([len(g) for g in grams], dtype=np.int64)
+        table.ngram_offsets.extend(ends)
 
     def _embed_chunk(self, texts: Sequence[str], dim: int) -> np.ndarray:
         table = self._table
-        # Words past the bound get ids for this chunk only (the CSR gather
-        # needs them), and are rolled back at its end.
-        frozen_at = len(table.word_ids) if len(table.word_ids) >= self.max_words else None
-        sizes = (table.unigram.size, table.ngram_offsets.size, table.ngram_keys.size)
         word_ids = table.word_ids
-        added: list[str] = []
+        base = len(word_ids)
+        sizes = (table.unigram.size, table.ngram_offsets.size, table.ngram_keys.size)
+        new_words: dict[str, int] = {}  # first seen in this chunk -> id (base, base + 1, ...)
         occurrences: list[int] = []
         counts: list[int] = []
         for text in texts:
@@ -352,17 +346,18 @@ class HashEmbedder:
             if None in ids:
                 for i, word in enumerate(words):
                     if ids[i] is None:
-                        ids[i] = word_ids.get(word)  # a repeat of a word added just now
-                        if ids[i] is None:
-                            ids[i] = self._add_word(word, dim)
-                            if frozen_at is not None:
-                                added.append(word)
+                        word_id = new_words.get(word)
+                        if word_id is None:
+                            word_id = new_words[word] = base + len(new_words)
+                        ids[i] = word_id
             occurrences.extend(ids)  # type: ignore[arg-type]
             counts.append(len(ids))
+        if new_words:
+            self._add_words(list(new_words), dim)
+
         m = len(texts)
         occ_word = np.asarray(occurrences, dtype=np.int64)
         occ_doc = np.repeat(np.arange(m, dtype=np.int64), counts)
-
         # Word block: one signed bucket per word occurrence.
         words_block = self._weigh(occ_doc, table.unigram.view()[occ_word], m, dim)
         # N-gram block: gather each occurrence's slice of the flat n-gram array.
@@ -373,10 +368,13 @@ class HashEmbedder:
         shift = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
         positions = np.arange(total, dtype=np.int64) + shift
         grams_block = self._weigh(np.repeat(occ_doc, lengths), table.ngram_keys.view()[positions], m, dim)
-        if added:
-            for word in added:
-                del word_ids[word]
-            table.unigram.size, table.ngram_offsets.size, table.ngram_keys.size = sizes
+
+        if new_words:
+            if base < self.max_words:
+                word_ids.update(new_words)
+            else:
+                # A full table keeps its words: the new ones served this chunk only.
+                table.unigram.size, table.ngram_offsets.size, table.ngram_keys.size = sizes
         return normalize_rows(_unit(words_block) + _unit(grams_block))
 
     @staticmethod
@@ -387,6 +385,20 @@ class HashEmbedder:
         table = np.log(np.arange(int(counts.max(initial=0)) + 1, dtype=np.float64)[1:]) + 1.0
         weights = np.concatenate(([0.0], table))[counts].reshape(m, dim, 2)
         return weights[:, :, 0] - weights[:, :, 1]
+
+
+def _signed_buckets(strings: list[str], namespace: bytes, dim: int) -> list[int]:
+    """``bucket * 2 + sign_bit`` of each string, from blake2b: stable on every machine.
+
+    ``namespace`` keeps word and n-gram features apart (the word "cat" and the
+    trigram "cat" are different features).
+    """
+    blake2b, from_bytes = hashlib.blake2b, int.from_bytes
+    hashes = [
+        from_bytes(blake2b(namespace + s.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+        for s in strings
+    ]
+    return [((h >> 1) % dim) * 2 + (h & 1) for h in hashes]
 
 
 def _unit(block: np.ndarray) -> np.ndarray:

@@ -368,50 +368,53 @@ def _depth_params(recipe: Recipe, given: Mapping[str, Any], depth: int, per_docu
     return out
 
 
+def _system_plans(label: str, recipe: Recipe, params: Mapping[str, Any], settings: list[dict[str, Any]],
+                  depth: int, per_document: bool) -> list[_Plan]:
+    """One plan per distinct setting of the parameters this recipe has."""
+    known = _recipe_params(recipe)
+    given = {k: v for k, v in params.items() if k in known}
+    if isinstance(given.get("k"), int) and given["k"] < depth:
+        warnings.warn(f"{label}: k={given['k']} ranks fewer documents than the metrics need ({depth}); "
+                      "metrics with a larger cutoff see a truncated ranking", stacklevel=4)
+    plans: list[_Plan] = []
+    seen: list[dict[str, Any]] = []
+    for setting in settings:
+        # a recipe sweeps only the parameters it has; the others would repeat one system
+        mine = {k: v for k, v in setting.items() if k in known}
+        if mine in seen:
+            continue
+        seen.append(mine)
+        run_params = {**given, **mine}
+        plans.append(_Plan(setting_label(label, mine), recipe,
+                           {**_depth_params(recipe, run_params, depth, per_document), **run_params}))
+    return plans
+
+
 def _plan(recipes: Any, params: Mapping[str, Any], sweep: Mapping[str, Sequence[Any]] | None,
           baseline: Any, depth: int, per_document: bool) -> tuple[list[_Plan], str | None]:
+    """The systems to evaluate, in order (an added baseline first), and the baseline's label."""
     named = _named_recipes(recipes)
-    base_recipe: Recipe | None = None
-    base_label: str | None = None
+    settings = expand_sweep(sweep)
+    plans: list[_Plan] = []
     taken: set[str] = set()
-    labels = []
     for label, recipe in named:
         label = _unique(label or recipe.name, taken)
         taken.add(label)
-        labels.append(label)
+        plans.extend(_system_plans(label, recipe, params, settings, depth, per_document))
+    everything = [r for _, r in named]
+    base_label: str | None = None
     if baseline is not None:
-        if isinstance(baseline, str) and baseline in taken:
+        labels = [p.label for p in plans]
+        if isinstance(baseline, str) and baseline in labels:
             base_label = baseline
         else:
+            # another recipe (or one evaluated here only in sweep settings): run it once with its defaults
             base_recipe = load_recipe(baseline)
-            base_label = _unique(base_recipe.name, taken)
-            taken.add(base_label)
-    everything = [r for _, r in named] + ([base_recipe] if base_recipe is not None else [])
+            base_label = _unique(base_recipe.name, set(labels))
+            everything.append(base_recipe)
+            plans.insert(0, _system_plans(base_label, base_recipe, params, [{}], depth, per_document)[0])
     _check_known("parameter", params, everything)
-    settings = expand_sweep(sweep)
     _check_known("swept parameter", list(sweep or {}), everything)
-
-    plans: list[_Plan] = []
-    if base_recipe is not None and base_label is not None:
-        given = {k: v for k, v in params.items() if k in _recipe_params(base_recipe)}
-        plans.append(_Plan(base_label, base_recipe,
-                           {**_depth_params(base_recipe, given, depth, per_document), **given}))
-    for label, (_, recipe) in zip(labels, named):
-        known = _recipe_params(recipe)
-        given = {k: v for k, v in params.items() if k in known}
-        seen_settings: list[dict[str, Any]] = []
-        for setting in settings:
-            # a recipe sweeps only the parameters it has; the others would repeat one system
-            mine = {k: v for k, v in setting.items() if k in known}
-            if mine in seen_settings:
-                continue
-            seen_settings.append(mine)
-            run_params = {**given, **mine}
-            plans.append(_Plan(setting_label(label, mine), recipe,
-                               {**_depth_params(recipe, run_params, depth, per_document), **run_params}))
-        if "k" in given and isinstance(given["k"], int) and given["k"] < depth:
-            warnings.warn(f"{label}: k={given['k']} ranks fewer documents than the metrics need ({depth}); "
-                          "metrics with a larger cutoff see a truncated ranking", stacklevel=4)
     return plans, base_label
 
 

@@ -38,7 +38,7 @@ def _digest(array: np.ndarray) -> str:
 def test_resolve_specs() -> None:
     assert resolve_embedder(None) is None
     default = resolve_embedder("hash")
-    assert default is not None and default.spec == "hash:256" and default.dim == DEFAULT_HASH_DIM == 256
+    assert isinstance(default, Embedder) and default.spec == "hash:256" and default.dim == DEFAULT_HASH_DIM == 256
     small = resolve_embedder("hash:64")
     assert small is not None and small.spec == "hash:64" and small.dim == 64
     assert resolve_embedder(small) is small

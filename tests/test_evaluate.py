@@ -13,7 +13,7 @@ from click.testing import CliRunner
 import irflow.evalcache
 from irflow.cli import main
 from irflow.datasets import load_beir, read_trec_run
-from irflow.evaluate import Evaluation, evaluate, evaluate_runs, ranking_depth
+from irflow.evaluate import Evaluation, evaluate, evaluate_runs, holdout_split, ranking_depth
 from irflow.metrics import EvaluationError, parse_metrics
 from irflow.significance import compare_many
 from irflow.sweep import expand_sweep, setting_label
@@ -104,6 +104,27 @@ def test_depth_and_query_subset(tiny: Path) -> None:
                                                          "p@1": 1.0}
     with pytest.raises(EvaluationError, match="not judged"):
         evaluate("lexical", tiny, embedder=None, queries=["q4"])
+
+
+def test_holdout_split_is_fixed_and_disjoint() -> None:
+    ids = [f"q{i}" for i in range(11)]
+    tune, test = holdout_split(ids, seed=3)
+    assert len(tune) == 6 and sorted(tune + test, key=ids.index) == ids and not set(tune) & set(test)
+    assert holdout_split(list(reversed(ids)), seed=3)[0] == list(reversed(tune))  # file order does not matter
+    assert holdout_split(ids, seed=4) != (tune, test)
+    with pytest.raises(EvaluationError, match="fraction"):
+        holdout_split(ids, fraction=1.0)
+
+
+def test_runs_agree_with_pytrec_eval(tiny: Path) -> None:
+    pytrec_eval = pytest.importorskip("pytrec_eval", reason="pytrec-eval-terrier (dev extra) is needed")
+    ev = evaluate("hybrid", tiny, metrics="ndcg@10,map,recall@100")
+    system = ev["hybrid"]
+    reference = pytrec_eval.RelevanceEvaluator(ev.qrels, {"ndcg_cut.10", "map", "recall.100"}).evaluate(system.run)
+    for qid, values in reference.items():
+        assert system.per_query["ndcg@10"][qid] == pytest.approx(values["ndcg_cut_10"], abs=1e-6)
+        assert system.per_query["map"][qid] == pytest.approx(values["map"], abs=1e-6)
+        assert system.per_query["recall@100"][qid] == pytest.approx(values["recall_100"], abs=1e-6)
 
 
 def test_separate_titles_collapse_to_documents(tmp_path: Path, home: Path) -> None:
@@ -253,6 +274,10 @@ def test_compare_with_a_baseline_recipe_added(tiny: Path) -> None:
     report = ev.compare()
     c = report.results["hybrid"]["ndcg@10"]
     assert c.n == 3 and c.wins + c.losses + c.ties == 3
+    # a swept recipe as its own baseline: its defaults, evaluated once more
+    swept = evaluate("hybrid", tiny, sweep={"rrf_k": [10, 60]}, baseline="hybrid", metrics="ndcg@10")
+    assert swept.labels == ["hybrid", "hybrid[rrf_k=10]", "hybrid[rrf_k=60]"]
+    assert swept["hybrid"].run == swept["hybrid[rrf_k=60]"].run  # 60 is the recipe's default
 
 
 def test_trec_run_export_round_trip(tiny: Path, tmp_path: Path) -> None:
@@ -294,6 +319,15 @@ def test_cli_eval_table_with_baseline(tiny: Path) -> None:
     out = result.stdout
     assert "tiny (test split, 3 queries" in out and "*" in out
     assert "vs baseline lexical" in out and "W/L/T" in out
+
+
+def test_cli_eval_holdout_halves(tmp_path: Path, home: Path) -> None:
+    queries = [(f"q{i}", "apple banana") for i in range(6)]
+    root = write_collection(tmp_path / "halves", queries=queries, qrels=[(q, "d1", 1) for q, _ in queries])
+    for half in ("tune", "test"):
+        result = invoke("eval", "lexical", "--dataset", root, "--holdout", half, "--metrics", "p@1")
+        assert result.exit_code == 0, result.output
+        assert f"{half} half (seed 0), 3 queries" in result.stdout
 
 
 @pytest.mark.parametrize("args, code, message", [
