@@ -29,7 +29,10 @@ frequency of 0 does for ``k1 > 0``: nothing for Okapi and BM25L, ``idf *
 delta`` for BM25Plus.
 
 Only candidates containing at least one query token are returned, best
-first, ties broken by row order.
+first, ties broken by row order.  Every scoring path adds a row's
+contributions in one canonical order, so a row's score is the same to the
+bit whichever path computed it: the top ``j`` is always the prefix of the
+top ``n`` (``j < n``), whatever ``fetch_k`` makes the kernel prune.
 
 Example::
 
@@ -247,6 +250,17 @@ def _idf(params: BM25Params, n_docs: int, df: int, mean_idf: "Any") -> float:
 #
 # Top-k selection then runs over the matched rows only: selecting among all n
 # rows, mostly zeros, is what dominates at scale otherwise.
+#
+# Canonical order.  Float addition is not associative, so every path adds a
+# row's contributions in one fixed order: the terms' order in ``terms()``,
+# ascending by the postings a term costs to score (``_Scorer.size``), ties by
+# first occurrence in the query, starting from 0 and skipping absent terms
+# (adding an exact 0 changes nothing).  A row's score is then bit-identical whichever path computed it, so
+# equal scores tie exactly, ties break by row order, and the top ``j`` is the
+# prefix of the top ``n`` for any ``j < n``.  Ascending size makes MaxScore's
+# essential terms (the rarest) a prefix of that order: a row's partial score is
+# its canonical sum so far, and the common terms are added on top, in order,
+# with no term scored twice.
 
 
 def _check_mask(mask: np.ndarray | None, n_rows: int, name: str) -> np.ndarray | None:
@@ -286,6 +300,7 @@ class _Scratch:
         self.hit = np.zeros(n_rows, dtype=bool)
         self.work = np.zeros(n_rows, dtype=np.float64)
         self.work2 = np.zeros(n_rows, dtype=np.float64)
+        self.work3: np.ndarray | None = None  # BM25L's dense passes only: made on first need
         self.touched: list[np.ndarray] = []  # sparse rows written since the last reset
         self.wholesale = False  # a dense pass wrote everywhere: reset by memset
 
@@ -409,7 +424,12 @@ class _Scorer:
         return df
 
     def terms(self, tokens: Sequence[str]) -> tuple[list[_Term], float]:
-        """The query's distinct terms known to the statistics set, and BM25Plus's constant."""
+        """The query's distinct terms known to the statistics set, and BM25Plus's constant.
+
+        Terms come in the canonical order every path sums them in: ascending by
+        ``size``, ties by first occurrence in the query.  A repeated token is one
+        term of weight ``count * idf``.
+        """
         p = self.postings
         vocab, offsets = p.vocab, p.term_offsets
         terms, constant = [], 0.0
@@ -430,6 +450,8 @@ class _Scorer:
             if self.variant == "bm25l":
                 bound *= float(p.post_tfs[lo:hi].max())
             terms.append(_Term(lo, hi, column, weight, max(bound, 0.0)))
+        if len(terms) > 1:
+            terms.sort(key=self.size)  # stable: equal sizes keep the query's order
         return terms, constant
 
     def _mean_idf(self) -> float:
@@ -513,13 +535,16 @@ class _Scorer:
         terms, constant = self.terms(tokens)
         if not terms:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
-        rows, scores = self._pruned(terms, k) if self.prune_ok and len(terms) > 1 else (None, None)
+        rows, scores = self._pruned(terms, k, constant) if self.prune_ok and len(terms) > 1 else (None, None)
         if rows is None:
             rows, scores = self._scores(terms)
+        if constant:
+            # before selecting: sums that differ can round to one score once it is
+            # added, and those ties must go by row order too
+            scores = scores + constant
         pick = topk_rows(scores, k)  # rows are ascending: index ties are row ties
         scores = scores[pick]
-        if constant:
-            scores += constant
+        scores += 0.0  # -0.0 (all of a row's weights -0.0) becomes 0.0 whichever path summed it
         return rows[pick].astype(np.int64), scores
 
     def _is_dense(self, term: _Term) -> bool:
@@ -559,20 +584,26 @@ class _Scorer:
             s.reset()
 
     def accumulate(self, terms: list[_Term], s: _Scratch) -> None:
-        """Add every term's contributions into ``s.scores``, marking rows in ``s.seen``."""
-        sparse = []
-        for term in terms:
-            if self._is_dense(term):
+        """Add every term's contributions into ``s.scores`` in ``terms``' order, marking rows in ``s.seen``.
+
+        Consecutive sparse terms go in one scatter-add (``np.add.at`` applies
+        them in order); each dense term in a pass of its own, in its turn.
+        """
+        run: list[_Term] = []
+        for term in [*terms, None]:
+            if term is not None and not self._is_dense(term):
+                run.append(term)
+                continue
+            if run:
+                rows, tfs, weights = self._postings(run)
+                if rows.size:
+                    s.touched.append(rows)
+                    np.add.at(s.scores, rows, self._contribution(weights, rows, tfs))
+                    s.seen[rows] = True
+                run = []
+            if term is not None:
                 s.wholesale = True
                 self._dense_term(s, term)
-            else:
-                sparse.append(term)
-        if sparse:
-            rows, tfs, weights = self._postings(sparse)
-            if rows.size:
-                s.touched.append(rows)
-                np.add.at(s.scores, rows, self._contribution(weights, rows, tfs))
-                s.seen[rows] = True
 
     def _dense_term(self, s: _Scratch, term: _Term) -> None:
         """Add one very common term with contiguous passes over all rows."""
@@ -588,85 +619,92 @@ class _Scorer:
             np.logical_and(hit, self.mask, out=hit)
         num = np.multiply(tf, term.weight * (self.k1 + 1.0), out=s.work)
         if self.variant == "bm25l":
+            # _contribution's operations in its order, so both give the same bits
+            if s.work3 is None:
+                s.work3 = np.zeros_like(s.work)
             ctd = np.divide(tf, self.norms, out=s.work2)
-            ctd += self.delta
-            num *= ctd
+            num *= np.add(ctd, self.delta, out=s.work3)
             ctd += self.k1
+            ctd += self.delta
             num /= ctd
         else:
             num /= np.add(tf, self.norms, out=s.work2)
         s.scores += num  # rows without the term add an exact 0
         np.logical_or(s.seen, hit, out=s.seen)
 
-    def _pruned(self, terms: list[_Term], k: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    def _pruned(self, terms: list[_Term], k: int,
+                constant: float = 0.0) -> tuple[np.ndarray | None, np.ndarray | None]:
         """Exact top candidates found without scoring the common terms' rows, or (None, None).
 
-        MaxScore, vectorized.  The terms split into essential and common ones;
-        the candidate rows holding an essential term get their essential
-        ("partial") scores.  Full scores of the rows with the best partial
-        scores give ``theta``, a lower bound of the k-th best score.  A row's
-        full score is at most its partial score plus the common terms' bounds,
-        so a row holding common terms only (partial 0) cannot reach the top k
-        when the bounds sum to less than ``theta``, nor can a row whose
-        partial score plus that sum falls short — strictly short, so not even
-        by a tie.  Only the rows left get the common terms looked up.  If the
-        check fails, ``theta`` decides which common terms must become
-        essential (the ones with the largest postings stay common while their
-        bounds fit under it) and the check runs again.
+        MaxScore, vectorized.  ``terms`` (canonical order, ascending size)
+        split into essential terms, a prefix, and common ones, the rest; the
+        candidate rows holding an essential term get their essential
+        ("partial") scores, which are their canonical sums so far.  Full scores
+        of the rows with the best partial scores give ``theta``, a lower bound
+        of the k-th best score.  A row's full score is at most its partial
+        score plus the common terms' bounds, so a row holding common terms only
+        (partial 0) cannot reach the top k when the bounds sum to less than
+        ``theta``, nor can a row whose partial score plus that sum falls short
+        — strictly short, so not even by a tie.  Only the rows left get the
+        common terms added, in order, so their scores are the canonical sums.
+        If the check fails, ``theta`` decides which common terms must become
+        essential (the largest ones stay common while their bounds fit under
+        it) and the check runs again.  ``constant`` (BM25Plus's, added to every
+        score later) widens the safety margin so that adding it cannot round a
+        pruned row up to a tie.
         """
         n_rows = self.postings.n_rows
         budget = PRUNE_BUDGET_FRACTION * n_rows
-        if sum(self.size(t) for t in terms) <= budget:
+        sizes = [self.size(t) for t in terms]
+        if sum(sizes) <= budget:
             return None, None  # every term is rare: scoring them all is cheaper
-        # essential first: the rarest terms within budget, else the strongest term
-        # (a floored Okapi idf can make a very common term the strongest one)
-        essential: list[_Term] = []
-        size = 0
-        for term in sorted(terms, key=self.size):
-            if size + self.size(term) > budget:
-                break
-            essential.append(term)
-            size += self.size(term)
-        if not essential:
-            essential = [max(terms, key=lambda t: t.bound)]
-            size = self.size(essential[0])
-        common = [t for t in terms if all(t is not e for e in essential)]
+        # essential: the rarest terms within budget, at least the rarest one (a
+        # prefix of the canonical order, even when a floored Okapi idf makes a
+        # commoner term the strongest)
+        split, size = 1, sizes[0]
+        while split < len(terms) and size + sizes[split] <= budget:
+            size += sizes[split]
+            split += 1
         seed = max(2 * k, 32)
-        while common and size <= PRUNE_LIMIT_FRACTION * n_rows:
-            rows, partial = self._scores(essential)
+        while split < len(terms) and size <= PRUNE_LIMIT_FRACTION * n_rows:
+            common = terms[split:]
+            rows, partial = self._scores(terms[:split])
             if rows.size >= k:
                 if rows.size <= FULL_SCORE_ROWS:  # few rows: score them all at once
-                    best, full = None, partial + self._common_scores(common, rows)
+                    best, full = None, self._add_common(common, rows, partial)
                 else:  # any rows' full scores bound the k-th score: no need for exact ranks
                     best = np.argpartition(partial, rows.size - seed)[rows.size - seed:] \
                         if seed < rows.size else np.arange(rows.size)
-                    full = partial[best] + self._common_scores(common, rows[best])
+                    full = self._add_common(common, rows[best], partial[best])
                 theta = np.partition(full, full.size - k)[full.size - k]
                 # a margin far above rounding error keeps the shortcut exact
-                limit = theta - 1e-9 * max(1.0, abs(theta))
+                limit = theta - 1e-9 * max(1.0, abs(theta), abs(constant))
                 bound = sum(t.bound for t in common)
                 if bound < limit:
                     if best is None:
                         return rows, full
                     alive = np.flatnonzero(partial >= limit - bound)
-                    rows = rows[alive]
-                    return rows, partial[alive] + self._common_scores(common, rows)
-                keep, total = [], 0.0
-                for term in sorted(common, key=self.size, reverse=True):
-                    if total + term.bound < limit:
-                        keep.append(term)
-                        total += term.bound
-                moved = [t for t in common if all(t is not c for c in keep)]
+                    return rows[alive], self._add_common(common, rows[alive], partial[alive])
+                # the largest terms (the order's end) stay common while their bounds fit
+                keep, total = len(terms), 0.0
+                while keep > split and total + terms[keep - 1].bound < limit:
+                    keep -= 1
+                    total += terms[keep].bound
+                moved = max(keep, split + 1)  # the bounds of all common terms do not fit
             else:  # too few rows to set a threshold: widen with the next rarest term
-                moved = [min(common, key=self.size)]
-            essential += moved
-            size += sum(self.size(t) for t in moved)
-            common = [t for t in common if all(t is not m for m in moved)]
+                moved = split + 1
+            size += sum(sizes[split:moved])
+            split = moved
         return None, None  # everything became essential: the exhaustive path does it best
 
-    def _common_scores(self, common: list[_Term], rows: np.ndarray) -> np.ndarray:
-        """The common terms' summed contributions to ``rows`` (distinct rows, any order)."""
-        out = np.zeros(rows.size, dtype=np.float64)
+    def _add_common(self, common: list[_Term], rows: np.ndarray, partial: np.ndarray) -> np.ndarray:
+        """``partial`` plus the common terms' contributions to ``rows``, added in ``common``'s order.
+
+        ``rows`` are distinct (any order) and ``partial`` their scores so far;
+        ``partial`` is left as it is.
+        """
+        out = partial.copy()
+        block = None
         if self.dense_ok:
             # head terms all at once: a (terms, rows) block of frequencies from the
             # columns; tf = 0 contributes an exact 0 here, no need to find the holders
@@ -675,13 +713,15 @@ class _Scorer:
                 columns = np.array([t.column for t in heads])
                 tfs = self.head[columns[:, None], rows[None, :]]
                 weights = np.array([t.weight for t in heads])[:, None]
-                out += self._contribution(weights, rows, tfs).sum(axis=0)
-                common = [t for t in common if t.column < 0]
+                block = iter(self._contribution(weights, rows, tfs))
         s = _scratch(self.postings)
         mapped = False
         try:
             for term in common:
                 if term.column >= 0:
+                    if block is not None:
+                        out += next(block)
+                        continue
                     tfs = self.head[term.column][rows]
                     found = np.flatnonzero(tfs)
                     hits, tfs = rows[found], tfs[found]
@@ -696,7 +736,7 @@ class _Scorer:
                     found = at[inside]
                     hits, tfs = term_rows[inside], self.postings.post_tfs[term.lo:term.hi][inside]
                 if found.size:
-                    out[found] += self._contribution(term.weight, hits, tfs)
+                    out[found] += self._contribution(term.weight, hits, tfs)  # distinct positions
         finally:
             if mapped:
                 s.pos[rows] = -1

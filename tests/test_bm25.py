@@ -9,7 +9,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from rank_bm25 import BM25L, BM25Okapi, BM25Plus
 
@@ -91,6 +91,8 @@ def kernel_paths(path: str) -> Iterator[None]:
         "prune_postings": (10.0, 0.3, 1.0, 8192, 0, 16),  # pruning, common terms from postings
         "prune_seeded": (0.5, 0.3, 1.0, 0, 64, 10**9),  # threshold from the best rows first
         "prune_tight": (0.5, 0.01, 0.5, 0, 2, 10**9),  # essential set starts tiny, limit cuts early
+        "prune_rarest": (0.5, 0.0, 1.0, 8192, 64, 10**9),  # always tried, from the rarest term alone
+        "prune_rarest_seeded": (0.5, 0.0, 1.0, 0, 0, 16),  # the same, seeded, no head columns
     }[path]
     for (module, name), value in zip(names, settings_for):
         setattr(module, name, value)
@@ -102,7 +104,7 @@ def kernel_paths(path: str) -> Iterator[None]:
 
 
 PATHS = ["default", "sparse", "dense", "dense_scatter", "prune_heads", "prune_postings", "prune_seeded",
-         "prune_tight"]
+         "prune_tight", "prune_rarest", "prune_rarest_seeded"]
 
 
 @st.composite
@@ -113,17 +115,20 @@ def scenarios(draw: st.DrawFn) -> dict:
     mask = draw(st.none() | st.lists(st.booleans(), min_size=n, max_size=n).map(np.array))
     tokens = st.sampled_from(vocab + ["zz"])  # "zz" is never in a document
     queries = draw(st.lists(st.lists(tokens, max_size=6), min_size=1, max_size=3))
-    variant = draw(st.sampled_from(["okapi", "bm25l", "bm25plus"]))
-    params = BM25Params(
-        variant=variant,
+    return {"docs": docs, "mask": mask, "queries": queries, "params": draw(bm25_params()),
+            "k": draw(st.integers(1, 12)), "path": draw(st.sampled_from(PATHS))}
+
+
+@st.composite
+def bm25_params(draw: st.DrawFn) -> BM25Params:
+    return BM25Params(
+        variant=draw(st.sampled_from(["okapi", "bm25l", "bm25plus"])),
         k1=draw(st.floats(0.05, 3.0)),
         b=draw(st.floats(0.0, 1.0)),
         epsilon=draw(st.floats(-1.0, 1.0)),
         delta=draw(st.none() | st.floats(0.0, 2.0)),
         stats=draw(st.sampled_from(["candidates", "corpus"])),
     )
-    return {"docs": docs, "mask": mask, "queries": queries, "params": params,
-            "k": draw(st.integers(1, 12)), "path": draw(st.sampled_from(PATHS))}
 
 
 @settings(max_examples=300, deadline=None)
@@ -385,6 +390,116 @@ def test_mask_none_equals_all_true() -> None:
     postings = Postings.build(docs)
     queries = [["t0", "t5"], ["t1"], ["t3", "t3", "t40"]]
     assert bm25_topk(postings, queries, None, 10) == bm25_topk(postings, queries, np.ones(300, bool), 10)
+
+
+# -- one canonical sum: a row's score never depends on fetch_k or on the path --------------
+
+
+@contextlib.contextmanager
+def pruned_answers() -> Iterator[list[bool]]:
+    """Record, for each ``_pruned`` call, whether the pruned path answered (not gave up)."""
+    answers: list[bool] = []
+    original = bm25_module._Scorer._pruned
+
+    def spy(self, *args, **kwargs):
+        rows, scores = original(self, *args, **kwargs)
+        answers.append(rows is not None)
+        return rows, scores
+
+    bm25_module._Scorer._pruned = spy
+    try:
+        yield answers
+    finally:
+        bm25_module._Scorer._pruned = original
+
+
+def assert_prefixes(postings: Postings, queries, mask, params: BM25Params, ks) -> None:
+    """Every ``fetch_k`` in ``ks`` gives exactly (same rows, same bits) a prefix of the widest answer."""
+    widest = bm25_topk(postings, queries, mask, postings.n_rows + 1, params)  # the exhaustive path
+    for i in range(len(queries)):
+        rows, scores = widest.per_query(i)
+        tied = scores[1:] == scores[:-1]
+        assert np.all(rows[1:][tied] > rows[:-1][tied]), "exact ties must come in row order"
+        # the full score vector sums the same way (== : it may keep a -0.0 that top k turns into 0.0)
+        assert np.array_equal(bm25_scores(postings, queries[i], mask, params)[rows], scores)
+    for k in ks:
+        top = bm25_topk(postings, queries, mask, k, params)
+        for i in range(len(queries)):
+            rows, scores = top.per_query(i)
+            want_rows, want_scores = widest.per_query(i)
+            assert rows.tolist() == want_rows[:k].tolist(), (k, i)
+            assert scores.tobytes() == want_scores[:k].tobytes(), (k, i, scores, want_scores[:k])
+
+
+@st.composite
+def prefix_scenarios(draw: st.DrawFn) -> dict:
+    vocab = [f"w{i}" for i in range(draw(st.integers(2, 8)))]
+    # skewed frequencies (w0 the commonest): common terms to prune, rare ones to be essential;
+    # few words and short rows make rows with equal scores, often through different terms
+    word = st.integers(0, len(vocab) - 1).flatmap(lambda top: st.integers(0, top)).map(vocab.__getitem__)
+    n = draw(st.integers(2, 40))
+    docs = draw(st.lists(st.lists(word, max_size=6), min_size=n, max_size=n))
+    mask = draw(st.none() | st.lists(st.booleans(), min_size=n, max_size=n).map(np.array))
+    query = st.lists(st.sampled_from(vocab + ["zz"]), min_size=2, max_size=6)
+    return {"docs": docs, "mask": mask, "queries": draw(st.lists(query, min_size=1, max_size=3)),
+            "params": draw(bm25_params()), "path": draw(st.sampled_from(PATHS))}
+
+
+@settings(max_examples=300, deadline=None)
+@given(prefix_scenarios())
+def test_every_fetch_k_is_a_prefix_of_the_same_ranking(case: dict) -> None:
+    """The pruned answer for a small fetch_k is bit for bit the start of the exhaustive one."""
+    docs = case["docs"]
+    with kernel_paths(case["path"]), pruned_answers() as answers:
+        postings = Postings.build(docs)
+        assert_prefixes(postings, case["queries"], case["mask"], case["params"], range(1, len(docs) + 1))
+    event(f"pruned path answered: {any(answers)}")
+
+
+# the paths that share head-column settings (and so the canonical order), grouped
+SAME_HEADS = [["sparse", "dense_scatter", "prune_postings", "prune_rarest_seeded"],
+              ["dense", "prune_heads", "prune_seeded", "prune_rarest"]]
+
+
+@settings(max_examples=150, deadline=None)
+@given(prefix_scenarios(), st.integers(1, 12), st.sampled_from(SAME_HEADS))
+def test_every_path_gives_the_same_bits(case: dict, k: int, paths: list[str]) -> None:
+    results = []
+    for path in paths:
+        with kernel_paths(path):
+            top = bm25_topk(Postings.build(case["docs"]), case["queries"], case["mask"], k, case["params"])
+        results.append((top.row.tolist(), top.score.tobytes()))
+    assert all(result == results[0] for result in results), paths
+
+
+@pytest.mark.parametrize("variant", ["okapi", "bm25l", "bm25plus"])
+@pytest.mark.parametrize("keep", [None, 0.5])
+def test_zipf_corpus_fetch_k_prefixes_at_default_thresholds(zipf_corpus, variant: str, keep: float | None) -> None:
+    docs, postings, queries = zipf_corpus
+    mask = None if keep is None else np.random.default_rng(5).random(len(docs)) < keep
+    with pruned_answers() as answers:
+        assert_prefixes(postings, queries, mask, BM25Params(variant=variant), [1, 2, 3, 5, 8, 13, 21, 34])
+    assert 4 * sum(answers) > len(answers)  # the pruned path answered many of them (BM25L's bounds are loose)
+
+
+def test_fetch_k_does_not_change_equal_scores_of_the_search_corpus() -> None:
+    """Regression: rows 28 and 31 score the same, and did not when fetch_k=4 went through pruning."""
+    from search_reference import records  # the small corpus of the search tests
+
+    from irflow.text import get_analyzer
+
+    analyzer = get_analyzer()  # the corpus default
+    surfaces = records()
+    postings = Postings.build(analyzer.tokenize_many([r["text"] for r in surfaces]))
+    mask = np.array([r["surface_kind"] in ("description", "readme_chunk", "deps") for r in surfaces])
+    query = analyzer("http client json parser")
+    with pruned_answers() as answers:
+        rows, scores = bm25_topk(postings, [query], mask, 4).per_query(0)
+    assert answers == [True]
+    assert rows.tolist() == [13, 1, 28, 31] and scores[2] == scores[3]
+    assert_prefixes(postings, [query], mask, BM25Params(), range(1, postings.n_rows + 1))
+    reference = expected([analyzer(r["text"]) for r in surfaces], query, mask, BM25Params())
+    check_top(rows, scores, reference, 4)
 
 
 # -- parameters ---------------------------------------------------------------------------
