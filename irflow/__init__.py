@@ -39,6 +39,7 @@ from irflow.errors import (
     RerankerUnavailableWarning,
     StageError,
 )
+from irflow.evaluate import Evaluation, evaluate, evaluate_runs, holdout_split
 from irflow.executor import StageCache
 from irflow.federate import fuse_hits
 from irflow.filters import CompiledFilter, compile_filter
@@ -70,6 +71,7 @@ __all__ = [
     "DFLT_BM25_SAT_K",
     "DFLT_RRF_K",
     "Embedder",
+    "Evaluation",
     "EmbedderError",
     "FUSIONS",
     "FilterError",
@@ -102,8 +104,11 @@ __all__ = [
     "cross_encoder_reranker",
     "dependency_evidence_boost",
     "diff",
+    "evaluate",
+    "evaluate_runs",
     "fuse_hits",
     "get_analyzer",
+    "holdout_split",
     "load_recipe",
     "open_corpus",
     "records_for_artifact",

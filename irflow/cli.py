@@ -131,7 +131,7 @@ def _read_records(path: Path) -> list[Any]:
               help="Directory to write the corpus to (a rebuild when it holds one).")
 @click.option("--embedder", default="hash", show_default=True,
               help='Embedder spec ("hash", "hash:512", "st:<model>"), or "none" for a lexical-only corpus.')
-@click.option("--analyzer", default=None, help="Analyzer name (plain, identifier, english); default identifier.")
+@click.option("--analyzer", default=None, help="Analyzer name (plain, identifier, english); default english.")
 @click.option("--name", default=None, help="Corpus name (default: the directory name).")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
@@ -313,7 +313,8 @@ def parse_sweeps(ctx: click.Context | None, param: click.Parameter | None,
               help="Evaluate each value (every combination across --sweep options); repeatable.")
 @click.option("--embedder", default="hash", show_default=True,
               help='Embedder spec ("hash", "hash:512", "st:all-MiniLM-L6-v2"), or "none" for lexical only.')
-@click.option("--analyzer", default=None, help="Analyzer name (plain, identifier, english); default identifier.")
+@click.option("--analyzer", default=None,
+              help="Analyzer name (plain, identifier, english); default: irflow.text.DEFAULT_ANALYZER.")
 @click.option("--title-mode", type=click.Choice(["prepend", "separate", "ignore"]), default="prepend",
               show_default=True, help="How document titles become records.")
 @click.option("--depth", type=click.IntRange(min=1), default=None,

@@ -22,6 +22,7 @@ from irflow.errors import CorpusError
 from irflow.generations import PAUSE_ENV
 from irflow.ledger import records_for_artifact
 from irflow.records import Record
+from irflow import text
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -71,7 +72,7 @@ def test_layout_and_manifest(root: Path) -> None:
     assert manifest["format"] == "irflow-corpus" and manifest["version"] == 1
     assert manifest["counts"]["rows"] == 18 and manifest["counts"]["live"] == 18 and manifest["counts"]["artifacts"] == 6
     assert manifest["embedder"]["spec"] == "hash:32" and manifest["embedder"]["dim"] == 32
-    assert manifest["analyzer"]["name"] == "identifier"
+    assert manifest["analyzer"]["name"] == text.DEFAULT_ANALYZER
     assert manifest["kinds"] == ["name", "description", "readme_chunk"]
     expected = {"records.json", "ledger.json", "tombstones.npy", "vectors.npy", "vocab.json", "postings.term_offsets.npy"}
     assert expected <= set(manifest["files"])
