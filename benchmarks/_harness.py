@@ -218,6 +218,7 @@ def machine_lines() -> list[str]:
     load = os.getloadavg() if hasattr(os, "getloadavg") else ("?",)
     lines.append(f"machine: {os.cpu_count()} cores, {model}, {platform.system()} {platform.release()}, "
                  f"load average {', '.join(f'{x:.2f}' for x in load)}")
+    lines.append(f"irflow {_revision()}")
     lines.append(f"python {platform.python_version()}, numpy {np.__version__}, "
                  f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
     try:
@@ -234,6 +235,18 @@ def machine_lines() -> list[str]:
         except Exception:  # noqa: BLE001 - informational only
             pass
     return lines
+
+
+def _revision() -> str:
+    """The checkout's commit, and whether library files differ from it (read-only git calls)."""
+    try:
+        head = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "irflow", "stages", "recipes"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "(not a git checkout)"
+    return f"commit {head or '?'}{' + uncommitted library changes' if dirty else ''}"
 
 
 # -- output -------------------------------------------------------------------------------
