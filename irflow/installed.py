@@ -17,18 +17,12 @@ import importlib.metadata as md
 import re
 from typing import Iterable, Iterator
 
+from irflow.boosts import normalize_name, requirement_name
 from irflow.records import Record
 
-__all__ = ["distribution_records", "split_chunks", "normalize_name"]
+__all__ = ["distribution_records", "split_chunks"]
 
-_NAME_RE = re.compile(r"[-_.]+")
 _EXTRA_RE = re.compile(r"\bextra\s*==")
-_REQ_NAME_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
-
-
-def normalize_name(name: str) -> str:
-    """PEP 503 normalized project name: lowercase, runs of ``-_.`` become ``-``."""
-    return _NAME_RE.sub("-", name).lower()
 
 
 def split_chunks(text: str, max_chars: int = 800) -> list[str]:
@@ -69,12 +63,8 @@ def split_chunks(text: str, max_chars: int = 800) -> list[str]:
 
 
 def _requirement_names(requires: Iterable[str]) -> list[str]:
-    names = []
-    for spec in requires:
-        match = _REQ_NAME_RE.match(spec)
-        if match:
-            names.append(normalize_name(match.group(1)))
-    return sorted(set(names))
+    names = {requirement_name(spec) for spec in requires}
+    return sorted(name for name in names if name)
 
 
 def _licence(meta: md.PackageMetadata) -> str:
