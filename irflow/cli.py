@@ -91,7 +91,7 @@ def _dumps(data: Any) -> str:
 
 
 @click.group(cls=IrflowGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(version=__version__, prog_name="irflow")
+@click.version_option(__version__, "-V", "--version", prog_name="irflow", message="%(prog)s %(version)s")
 def main() -> None:
     """irflow: document retrieval as an explicit DAG of small typed stages."""
 
