@@ -25,7 +25,7 @@ from typing import Any
 import click
 
 from irflow import __version__
-from irflow.errors import IrflowError
+from irflow.errors import IrflowError, ParameterError
 
 __all__ = ["main", "UserError", "parse_sets", "parse_sweeps"]
 
@@ -70,9 +70,24 @@ def parse_sets(ctx: click.Context | None, param: click.Parameter | None, values:
                                      ctx=ctx, param=param)
         try:
             out[name] = json.loads(raw)
-        except json.JSONDecodeError:
+        except json.JSONDecodeError as error:
+            if raw.lstrip().startswith(("{", "[")):  # meant as JSON: say it did not parse, not "must be a table"
+                raise click.BadParameter(
+                    f"{item!r}: the value looks like JSON but does not parse ({error.msg} at column "
+                    f"{error.colno}); write JSON with double quotes and quote it for the shell, e.g. "
+                    f"--set '{name}={_JSON_EXAMPLE[raw.lstrip()[0]]}' (a plain string starting with "
+                    f"{raw.lstrip()[0]!r} is written as a JSON string: --set '{name}=\"...\"')",
+                    ctx=ctx, param=param) from None
             out[name] = raw
     return out
+
+
+_JSON_EXAMPLE = {"{": '{"field": "value"}', "[": '["a", "b"]'}
+
+
+def _set_label(name: str, value: Any) -> str:
+    """A run argument as the user wrote it on the command line: ``--set k=5``."""
+    return f"--set {name}={value if isinstance(value, str) else json.dumps(value)}"
 
 
 def _json_option(value: str | None, what: str) -> Any:
@@ -185,8 +200,11 @@ def run(recipe: str, corpus_path: str, queries: tuple[str, ...], settings: dict[
 
     the_recipe = load_recipe(recipe)
     corpus = open_corpus(corpus_path)
-    # explanations are complete only from a trace, and tracing a CLI run costs little
-    result = the_recipe.run(corpus, list(queries), trace=bool(trace_path or explain_n), **settings)
+    try:
+        # explanations are complete only from a trace, and tracing a CLI run costs little
+        result = the_recipe.run(corpus, list(queries), trace=bool(trace_path or explain_n), **settings)
+    except ParameterError as error:  # the user's --set, written as they wrote it
+        raise UserError(error.message(_set_label)) from None
     per_query = result.hits
     if trace_path is not None:
         try:
@@ -347,10 +365,13 @@ def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: st
     if holdout is not None:
         tune, test = holdout_split(collection.eval_queries, seed=holdout_seed)
         queries = tune if holdout == "tune" else test
-    result = evaluate(list(recipes), collection, metrics=metrics, params=settings, sweep=sweeps or None,
-                      embedder=None if embedder.lower() == "none" else embedder, analyzer=analyzer,
-                      title_mode=title_mode, batch_size=batch_size, depth=depth, queries=queries, progress=show,
-                      use_cache=cache, baseline=baseline)
+    try:
+        result = evaluate(list(recipes), collection, metrics=metrics, params=settings, sweep=sweeps or None,
+                          embedder=None if embedder.lower() == "none" else embedder, analyzer=analyzer,
+                          title_mode=title_mode, batch_size=batch_size, depth=depth, queries=queries, progress=show,
+                          use_cache=cache, baseline=baseline)
+    except ParameterError as error:  # a --set or --sweep value, written as on the command line
+        raise UserError(error.message(lambda name, value: _set_label(name, value)[len("--set "):])) from None
     if runs_dir is not None:
         try:
             written = result.write_runs(runs_dir)

@@ -51,7 +51,7 @@ from irflow.stage import Stage, Upstream, get_stage_class, stage_kinds, stage_pa
 if TYPE_CHECKING:
     from irflow.pipeline import Pipeline
 
-__all__ = ["Analysis", "analyze", "validate_recipe", "resolved_instances", "instantiate"]
+__all__ = ["Analysis", "analyze", "validate_recipe", "resolved_instances", "instantiate", "run_argument_problems"]
 
 _MAX_CYCLES = 5
 
@@ -116,19 +116,11 @@ def instantiate(cls: type[Stage], values: Mapping[str, Any], via: Mapping[str, s
     fields = {f.name: f for f in attrs.fields(cls) if f.init}
     problems: list[str] = []
     for key, value in values.items():
-        field = fields[key]
         where = f" (from recipe parameter ${via[key]})" if key in via else ""
-        try:
-            converted = value
-            if field.converter is not None and not isinstance(field.converter, attrs.Converter):
-                converted = field.converter(value)
-            if field.validator is not None:
-                field.validator(None, field, converted)
-        except (TypeError, ValueError) as error:
-            problems.append(f"{label}: parameter {key} = {value!r}{where}: {_phrase(error)}; "
+        phrase = _field_problem(fields[key], value)
+        if phrase is not None:
+            problems.append(f"{label}: parameter {key} = {value!r}{where}: {phrase}; "
                             f"valid: {infos[key].describe()}{_doc(infos[key].doc)}")
-        except Exception:  # a validator that needs the instance: leave it to the constructor below
-            pass
     for key, info in infos.items():
         if info.required and key not in values:
             problems.append(f"{label}: missing required parameter {key} ({info.describe()}{_doc(info.doc)}); "
@@ -139,6 +131,80 @@ def instantiate(cls: type[Stage], values: Mapping[str, Any], via: Mapping[str, s
         return cls(**values), []
     except (TypeError, ValueError) as error:
         return None, [f"{label}: invalid parameters {dict(values)!r}: {error}"]
+
+
+def _field_problem(field: "attrs.Attribute", value: Any) -> str | None:
+    """What is wrong with ``value`` for one attrs field (its converter and validator alone), or None."""
+    try:
+        converted = value
+        if field.converter is not None and not isinstance(field.converter, attrs.Converter):
+            converted = field.converter(value)
+        if field.validator is not None:
+            field.validator(None, field, converted)
+    except (TypeError, ValueError) as error:
+        return _phrase(error)
+    except Exception:  # a validator that needs the instance: left to the constructor
+        return None
+    return None
+
+
+def _uses(recipe: Recipe, name: str) -> list[tuple[str, type, str]]:
+    """Where recipe parameter ``name`` is read: (who, class, field) per stage or derived parameter."""
+    found: list[tuple[str, type, str]] = []
+    for stage_name, spec in recipe.stages.items():
+        cls = get_stage_class(spec.kind)
+        if cls is None:
+            continue
+        fields = {f.name for f in attrs.fields(cls) if f.init}
+        for key, raw in spec.params.items():
+            if key in fields and param_ref(raw) == name:
+                found.append((f"stage {stage_name}", cls, key))
+    for derived_name, spec in recipe.derived.items():
+        cls = DERIVED_RULES.get(spec.rule)
+        if cls is None:
+            continue
+        for key, raw in spec.args.items():
+            if not isinstance(raw, tuple) and param_ref(raw) == name:
+                found.append((f"derived {derived_name}", cls, key))
+    return found
+
+
+def run_argument_problems(recipe: Recipe, given: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """The caller's run arguments that a stage or derived rule reading them refuses.
+
+    One entry per bad argument, ``(name, value, reason, fix)`` as
+    :class:`~irflow.errors.ParameterError` takes it: the reason says what
+    is wrong (each distinct complaint once), who reads the value and what
+    it takes; the fix is the recipe's default when that one is accepted.
+    ``None`` values are skipped (a stage's own default applies).
+    """
+    out: list[tuple[Any, ...]] = []
+    for name, value in given.items():
+        if value is None:
+            continue
+        uses = _uses(recipe, name)
+        complaints: dict[str, list[str]] = {}
+        valid = ""
+        for who, cls, key in uses:
+            phrase = _field_problem(attrs.fields_dict(cls)[key], thaw(value))
+            if phrase is None:
+                continue
+            readers = complaints.setdefault(phrase, [])
+            if who not in readers:
+                readers.append(who)
+            info = stage_params(cls).get(key)
+            if not valid and info is not None and info.doc:  # the first documented reader says what it takes
+                valid = f"; valid: {info.type} — {info.doc}"
+        if not complaints:
+            continue
+        reason = "; ".join(f"{phrase} (read by {', '.join(readers)})" for phrase, readers in complaints.items())
+        default = recipe.params.get(name)
+        fix = None
+        if default is not None and all(_field_problem(attrs.fields_dict(cls)[key], thaw(default)) is None
+                                       for _, cls, key in uses):
+            fix = (name, thaw(default), "e.g.")
+        out.append((name, value, reason + valid, fix))
+    return out
 
 
 def _phrase(error: Exception) -> str:
