@@ -15,10 +15,12 @@ unexpected exception is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +111,19 @@ def _dumps(data: Any) -> str:
 @click.version_option(__version__, "-V", "--version", prog_name="irflow", message="%(prog)s %(version)s")
 def main() -> None:
     """irflow: document retrieval as an explicit DAG of small typed stages."""
+    # warnings (a misspelled filter field, a missing extra) print as one line each, for this command only
+    click.get_current_context().with_resource(_one_line_warnings())
+
+
+@contextlib.contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: Any = None, line: str | None = None) -> None:
+        click.echo(f"Warning: {' '.join(str(message).split())}", err=True)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
 
 
 # --------------------------------------------------------------------------

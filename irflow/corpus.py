@@ -16,8 +16,10 @@ so lexical search and record lookups never load a model.
 from __future__ import annotations
 
 import collections
+import difflib
 import os
 import threading
+import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -27,7 +29,7 @@ from irflow import bm25 as _bm25
 from irflow import dense as _dense
 from irflow.columns import MetadataColumns
 from irflow.embedders import Embedder, check_dimension, normalize_rows, resolve_embedder
-from irflow.errors import CorpusError, EmbedderError
+from irflow.errors import CorpusError, EmbedderError, FilterError, UnknownFieldWarning, UnknownSurfaceWarning
 from irflow.filters import CompiledFilter, compile_filter
 from irflow.generations import check_writable_root
 from irflow.paths import HOME_ENV, is_corpus_name, resolve_corpus_path
@@ -56,6 +58,31 @@ def _surfaces_key(surfaces: Iterable[str] | str | None) -> tuple[str, ...] | Non
     if isinstance(surfaces, str):  # a bare kind name, not its characters
         return (surfaces,)
     return tuple(sorted(set(surfaces)))
+
+
+def _closest_hint(word: str, options: Iterable[str]) -> str:
+    match = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def _field_paths(metadata: Iterable[Mapping[str, Any]], depth: int = 3) -> list[str]:
+    """Every dotted field path of these metadata mappings (nested mappings, also inside lists), sorted."""
+    found: set[str] = set()
+
+    def walk(value: Any, prefix: str, level: int) -> None:
+        if isinstance(value, Mapping):
+            for key, inner in value.items():
+                path = f"{prefix}{key}"
+                found.add(path)
+                if level < depth:
+                    walk(inner, f"{path}.", level + 1)
+        elif isinstance(value, (list, tuple)) and level > 0:
+            for item in value:
+                walk(item, prefix, level)
+
+    for record in metadata:
+        walk(record, "", 0)
+    return sorted(found)
 
 
 class Corpus:
@@ -92,6 +119,7 @@ class Corpus:
         self._columns: MetadataColumns | None = None
         self._masks: collections.OrderedDict[Any, np.ndarray] = collections.OrderedDict()
         self._masks_version = store.version
+        self._warned: set[tuple[str, str]] = set()  # (name, "field" | "surface") already warned about
         self._lock = threading.Lock()
 
     # -- row-aligned columns ------------------------------------------------------------
@@ -223,7 +251,12 @@ class Corpus:
     ) -> np.ndarray:
         """Rows passing *filter* whose kind is in *surfaces* (None: any), live rows only; read-only bool (n_rows,).
 
-        Unknown surface kinds match nothing.  Masks are cached per canonical
+        ``surfaces`` naming no kind the corpus holds raises FilterError (the
+        answer could only be empty: a typo); a stray unknown kind next to held
+        ones matches nothing and warns (:class:`~irflow.errors.UnknownSurfaceWarning`).
+        A filter path no live record has warns too
+        (:class:`~irflow.errors.UnknownFieldWarning`, naming the closest
+        field), once per (corpus, path).  Masks are cached per canonical
         (filter, surfaces); a delete invalidates the cache.
         """
         surfaces_key = _surfaces_key(surfaces)
@@ -237,6 +270,11 @@ class Corpus:
             if cached is not None:
                 self._masks.move_to_end(key)
                 return cached
+        # a misspelled name must not silently return nothing (checked once per mask built)
+        if surfaces_key is not None:
+            self._check_surfaces(surfaces_key)
+        if compiled.fields:
+            self._check_fields(compiled.fields)
         mask = self.store.live.copy()
         if not compiled.matches_all:
             mask &= np.asarray(compiled.mask(self.columns), dtype=bool)
@@ -249,6 +287,52 @@ class Corpus:
             while len(self._masks) > MASK_CACHE_SIZE:
                 self._masks.popitem(last=False)
         return mask
+
+    def _check_surfaces(self, wanted: tuple[str, ...]) -> None:
+        """FilterError when ``surfaces`` selects no kind this corpus holds; a warning for a stray kind.
+
+        A restriction to kinds the corpus lacks can only return nothing: almost
+        always a typo (``"nam"``), so it is refused, naming the kinds held and
+        the closest.  A kind missing next to kinds that are held may be meant
+        (one list of kinds for several corpora), so it only warns, once per
+        (corpus, kind).
+        """
+        held = self.kinds
+        unknown = [kind for kind in wanted if kind not in held]
+        if wanted and not unknown:
+            return
+        hints = "".join(_closest_hint(kind, held) for kind in unknown)
+        if len(unknown) == len(wanted):
+            what = (f"{self._label()} holds no surface kind {', '.join(repr(k) for k in wanted)}{hints}" if wanted
+                    else "an empty list selects no surface kind")
+            raise FilterError(f"surfaces: {what}; its kinds are {', '.join(held) or '(none)'} — pass some of "
+                              "them, or surfaces=None for every kind")
+        for kind in unknown:
+            if self._first_warning("surface", kind):
+                warnings.warn(UnknownSurfaceWarning(
+                    f"surfaces: {self._label()} holds no surface kind {kind!r}{_closest_hint(kind, held)}; it "
+                    f"matches nothing (its kinds are {', '.join(held)})"), stacklevel=4)
+
+    def _check_fields(self, paths: Iterable[str]) -> None:
+        """Warn, once per (corpus, path), about a filter path no live record has (a misspelled field)."""
+        live = self.store.live
+        for path in paths:
+            if (path, "field") in self._warned or (self.columns.column(path).present & live).any():
+                continue
+            if self._first_warning("field", path):
+                known = _field_paths(self.store.metadata[i] for i in np.flatnonzero(live))
+                listing = ", ".join(known[:20]) + (f", ... ({len(known)} fields)" if len(known) > 20 else "")
+                warnings.warn(UnknownFieldWarning(
+                    f"filter: no record of {self._label()} has the field {path!r}{_closest_hint(path, known)}, "
+                    f"so conditions on it see a missing field (equality matches nothing); its fields are "
+                    f"{listing or '(none)'}"), stacklevel=4)
+
+    def _first_warning(self, what: str, name: str) -> bool:
+        with self._lock:
+            if (name, what) in self._warned:
+                return False
+            self._warned.add((name, what))
+            return True
 
     def _effective_mask(self, mask: np.ndarray | None) -> np.ndarray | None:
         """*mask* restricted to live rows (None stays None while nothing is deleted: the kernels' fast path)."""

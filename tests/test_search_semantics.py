@@ -15,6 +15,7 @@ import pytest
 import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
 from irflow.batches import Candidates
 from irflow.corpus import build
+from irflow.errors import FilterError
 from irflow.recipe import load_recipe
 from irflow.retrieve import SearchError, dependency_evidence_boost, search
 from search_reference import (
@@ -64,7 +65,9 @@ def test_filter_and_surfaces_make_one_candidate_set_shared_by_both_channels(corp
 @pytest.mark.parametrize("mode", ["dense", "lexical", "hybrid"])
 def test_no_candidates_give_no_hits(corpus, mode):
     assert search(corpus, Q, mode=mode, filter={"owner": "nobody"}) == []
-    assert search(corpus, Q, mode=mode, surfaces=["no_such_kind"]) == []
+    assert search(corpus, Q, mode=mode, surfaces=["deps"], filter={"owner": "nobody"}) == []
+    with pytest.raises(FilterError, match="holds no surface kind 'no_such_kind'"):  # a typo is not "no candidates"
+        search(corpus, Q, mode=mode, surfaces=["no_such_kind"])
     assert search(corpus, Q, mode=mode, filter={"owner": "nobody"}, rerank=lambda q, s: [1.0] * len(s),
                   formulate=lambda q: [q, "graph"], dep_boost=lambda hit: 1.0, surface_weights={"name": 2}) == []
 
