@@ -238,7 +238,7 @@ def test_trace_diff_two_stages_and_two_files(workdir, trace_file):
     ok("run", "hybrid", "--corpus", workdir / "corpus", "-q", "python parser", "-q", "http client",
        "--set", "k=5", "--trace", other)
     out = ok("trace", "diff", trace_file, other, "--stage", "collapse").stdout
-    assert "2 entered, 0 left, 0 moved, 3 unchanged" in out
+    assert "2 entered, 0 left, 0 moved, 0 rescored (same rank, new score), 3 unchanged" in out
     assert "--stages A B" in fails(2, "trace", "diff", trace_file).stderr
     assert "two trace files" in fails(2, "trace", "diff", trace_file, "--stage", "fuse").stderr
     assert "not both" in fails(2, "trace", "diff", trace_file, "--stage", "a", "--stages", "b", "c").stderr
