@@ -157,6 +157,15 @@ class Stage:
         """The stage's parameters (every field, defaults included), shallow."""
         return {f.name: getattr(self, f.name) for f in attrs.fields(type(self))}
 
+    def unused_params(self, inputs: Mapping[str, tuple[str, ...]]) -> frozenset[str]:
+        """Parameters that cannot change this stage's output, given the others and its active inputs.
+
+        ``inputs`` maps each port to the upstream stages that are active in
+        this run.  A sweep uses it to evaluate once the settings that cannot
+        differ (``rrf_k`` under a blend fusion).  Default: every parameter counts.
+        """
+        return frozenset()
+
 
 # --------------------------------------------------------------------------
 # parameters
