@@ -27,6 +27,7 @@ from typing import Any
 import click
 
 from irflow import __version__
+from irflow.cli_index import RECORD_FORMAT
 from irflow.errors import IrflowError, ParameterError
 
 __all__ = ["main", "UserError", "parse_sets", "parse_sweeps"]
@@ -130,32 +131,7 @@ def _one_line_warnings() -> Iterator[None]:
 # index
 
 
-def _read_records(path: Path) -> list[Any]:
-    from irflow.records import Record
-
-    records = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise UserError(f"{path}:{number}: not JSON ({error.msg}); each line must be one record object "
-                                "with the keys artifact_id, surface_kind, text (and optionally metadata, "
-                                "surface_index, id, vector)") from None
-            if not isinstance(data, dict):
-                raise UserError(f"{path}:{number}: a record must be a JSON object, got {type(data).__name__}")
-            try:
-                records.append(Record.from_dict(data))
-            except (TypeError, ValueError) as error:
-                raise UserError(f"{path}:{number}: invalid record: {error}") from None
-    if not records:
-        raise UserError(f"{path}: no records; write one JSON object per line")
-    return records
-
-
-@main.command()
+@main.command(epilog=f"Record format: {RECORD_FORMAT}")
 @click.argument("input_path", metavar="INPUT.jsonl", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Directory to write the corpus to (a rebuild when it holds one).")
@@ -163,25 +139,42 @@ def _read_records(path: Path) -> list[Any]:
               help='Embedder spec ("hash", "hash:512", "st:<model>"), or "none" for a lexical-only corpus.')
 @click.option("--analyzer", default=None, help="Analyzer name (plain, identifier, english); default english.")
 @click.option("--name", default=None, help="Corpus name (default: the directory name).")
-@click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
+@click.option("--title-mode", type=click.Choice(["prepend", "separate", "ignore"]), default="prepend",
+              show_default=True, help="BEIR documents: how titles become records (as irflow eval).")
+@click.option("--skip-bad", is_flag=True,
+              help="Index the good lines and report the bad ones (default: refuse the file, listing every bad line).")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bars for every phase (default: when stderr is a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
-def index(input_path: Path, out: Path, embedder: str, analyzer: str | None, name: str | None,
-          progress: bool | None, as_json: bool) -> None:
-    """Build a corpus from INPUT.jsonl (one record per line) into --out."""
+def index(input_path: Path, out: Path, embedder: str, analyzer: str | None, name: str | None, title_mode: str,
+          skip_bad: bool, progress: bool | None, as_json: bool) -> None:
+    """Build a corpus from INPUT.jsonl (one record or BEIR document per line) into --out."""
+    from irflow.cli_index import bad_lines_report, read_record_file, skipped_report
     from irflow.corpus import build
 
-    records = _read_records(input_path)
-    spec = None if embedder.lower() == "none" else embedder
     show = sys.stderr.isatty() if progress is None else progress
+    found = read_record_file(input_path, title_mode=title_mode, progress=show)
+    if found.bad and not skip_bad:
+        raise UserError(bad_lines_report(found))
+    if found.bad:
+        click.echo(skipped_report(found), err=True)
+    if not found.records:
+        raise UserError(f"{input_path}: no records to index ({found.lines} non-blank lines"
+                        f"{', all bad' if found.bad else ''}); write one JSON object per line, e.g. "
+                        '{"artifact_id": "unbox", "surface_kind": "description", "text": "Unpack any archive."}')
+    records = found.records
+    spec = None if embedder.lower() == "none" else embedder
     corpus = build(records, embedder=spec, analyzer=analyzer, path=out, name=name, progress=show)
     summary = {"path": str(out), "name": corpus.name, "records": len(corpus),
                "artifacts": len({r.artifact_id for r in records}), "kinds": list(corpus.kinds),
-               "embedder": corpus.embedder_spec, "dim": corpus.dim, "analyzer": corpus.analyzer.name}
+               "embedder": corpus.embedder_spec, "dim": corpus.dim, "analyzer": corpus.analyzer.name,
+               "format": found.format, "skipped_lines": [b.number for b in found.bad]}
     if as_json:
         click.echo(_dumps(summary))
     else:
+        source = "BEIR documents" if found.format == "beir" else "records"
         click.echo(f"indexed {summary['records']} records ({summary['artifacts']} artifacts; kinds "
-                   f"{', '.join(summary['kinds'])}) into {out} (embedder {spec or 'none'}, analyzer "
+                   f"{', '.join(summary['kinds'])}) from {source} into {out} (embedder {spec or 'none'}, analyzer "
                    f"{summary['analyzer']})")
 
 

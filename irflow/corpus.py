@@ -35,6 +35,7 @@ from irflow.generations import check_writable_root
 from irflow.paths import HOME_ENV, is_corpus_name, resolve_corpus_path
 from irflow.persist import EmbedderInfo, load_corpus, save_corpus
 from irflow.postings import Postings
+from irflow.progress import bar, phase
 from irflow.records import Record, SearchHit
 from irflow.store import CorpusStore, prepare_records
 from irflow.text import Analyzer, get_analyzer
@@ -457,19 +458,16 @@ def _precomputed_vectors(records: Sequence[Record], embedder: Embedder | None) -
 def _embedded_vectors(
     texts: Sequence[str], embedder: Embedder, *, batch_size: int, progress: bool
 ) -> tuple[np.ndarray, EmbedderInfo]:
-    starts = range(0, len(texts), batch_size)
-    if progress:
-        from tqdm.auto import tqdm  # only when asked: progress bars are for interactive builds
-
-        starts = tqdm(starts, desc="embedding", unit="batch")
     matrix: np.ndarray | None = None
-    for start in starts:
-        batch = np.asarray(embedder.embed_documents(texts[start:start + batch_size]), dtype=np.float32)
-        if matrix is None:
-            matrix = np.empty((len(texts), batch.shape[1]), dtype=np.float32)
-        elif batch.shape[1] != matrix.shape[1]:
-            check_dimension(embedder.describe(), int(batch.shape[1]), int(matrix.shape[1]))
-        matrix[start:start + batch.shape[0]] = batch
+    with bar(progress, "embedding", total=len(texts), unit="record", unit_scale=True) as shown:
+        for start in range(0, len(texts), batch_size):
+            batch = np.asarray(embedder.embed_documents(texts[start:start + batch_size]), dtype=np.float32)
+            if matrix is None:
+                matrix = np.empty((len(texts), batch.shape[1]), dtype=np.float32)
+            elif batch.shape[1] != matrix.shape[1]:
+                check_dimension(embedder.describe(), int(batch.shape[1]), int(matrix.shape[1]))
+            matrix[start:start + batch.shape[0]] = batch
+            shown.update(batch.shape[0])
     if matrix is None:  # pragma: no cover - build() refuses an empty record list
         raise CorpusError("no texts to embed")
     info = EmbedderInfo(spec=embedder.spec, dim=int(matrix.shape[1]), description=embedder.describe(), source="embedded")
@@ -494,6 +492,18 @@ def _document_vectors(
     return _embedded_vectors(texts, embedder, batch_size=batch_size, progress=progress)
 
 
+def _tokenize(analyzer: Analyzer, texts: Sequence[str], progress: bool, chunk: int = 1024) -> list[list[str]]:
+    """The tokens of every text, in chunks so a progress bar can follow (the same tokens as one call)."""
+    if not progress:
+        return analyzer.tokenize_many(texts)
+    out: list[list[str]] = []
+    with bar(True, "tokenizing", total=len(texts), unit="record", unit_scale=True) as shown:
+        for start in range(0, len(texts), chunk):
+            out.extend(analyzer.tokenize_many(texts[start:start + chunk]))
+            shown.update(min(chunk, len(texts) - start))
+    return out
+
+
 def build(
     records: Iterable[Record | Mapping[str, Any]],
     *,
@@ -509,7 +519,9 @@ def build(
     ``embedder``: a spec ("hash", "hash:512", "st:<model>"), a callable
     ``texts -> (n, d)``, an object with ``embed(texts, kind)``, or None for a
     lexical-only corpus.  Records may instead all carry precomputed vectors.
-    ``analyzer`` defaults to :data:`irflow.text.DEFAULT_ANALYZER`.  With
+    ``analyzer`` defaults to :data:`irflow.text.DEFAULT_ANALYZER`.
+    ``progress=True`` shows a bar for each phase (tokenizing, postings,
+    embedding, writing).  With
     ``path`` the corpus is written there (atomically; over an existing corpus
     it is a rebuild) and named after the directory unless ``name`` is given.
 
@@ -528,10 +540,15 @@ def build(
     the_analyzer = get_analyzer(analyzer)
     the_embedder = resolve_embedder(embedder)
     store = CorpusStore.from_records(prepared, name=corpus_name)
-    postings = Postings.build(the_analyzer.tokenize_many(store.texts))
+    tokens = _tokenize(the_analyzer, store.texts, progress)
+    with phase(progress, "postings"):
+        postings = Postings.build(tokens)
+    del tokens
     vectors, info = _document_vectors(prepared, store.texts, the_embedder, batch_size=batch_size, progress=progress)
     if root is not None:
-        save_corpus(root, store=store, postings=postings, vectors=vectors, analyzer=the_analyzer.to_dict(), embedder=info)
+        with phase(progress, "writing"):
+            save_corpus(root, store=store, postings=postings, vectors=vectors, analyzer=the_analyzer.to_dict(),
+                        embedder=info)
     return Corpus(
         store=store, postings=postings, analyzer=the_analyzer, vectors=vectors,
         embedder=the_embedder, embedder_info=info, name=corpus_name, path=root,
