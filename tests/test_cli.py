@@ -81,10 +81,9 @@ def test_index_reports_bad_input_by_line(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"artifact_id": "a", "surface_kind": "name", "text": "a"}\n{nope\n')
     result = fails(1, "index", bad, "--out", tmp_path / "c")
-    assert "bad.jsonl:2: not JSON" in result.stderr
+    assert "bad.jsonl: 1 bad line of 2" in result.stderr and "line 2: not JSON" in result.stderr
     bad.write_text('{"artifact_id": "a", "surface_kind": "name", "text": "a", "colour": 1}\n')
-    assert "bad.jsonl:1: invalid record: unknown record keys ['colour']" in fails(1, "index", bad, "--out",
-                                                                               tmp_path / "c").stderr
+    assert "line 1: unknown key 'colour'" in fails(1, "index", bad, "--out", tmp_path / "c").stderr
     assert "does not exist" in fails(2, "index", tmp_path / "missing.jsonl", "--out", tmp_path / "c").stderr
     assert "Missing option '--out'" in fails(2, "index", bad).stderr
 
