@@ -28,6 +28,7 @@ import click
 
 from irflow import __version__
 from irflow.cli_index import RECORD_FORMAT
+from irflow.cli_plugins import plugin_option
 from irflow.errors import IrflowError, ParameterError
 
 __all__ = ["main", "UserError", "parse_sets", "parse_sweeps"]
@@ -191,6 +192,7 @@ def _hits_table(hits: Sequence[Any]) -> str:
 
 @main.command()
 @click.argument("recipe")
+@plugin_option
 @click.option("--corpus", "corpus_path", required=True, help="Corpus directory (or name under $IRFLOW_HOME/corpora).")
 @click.option("--query", "-q", "queries", multiple=True, required=True, help="A query; repeat for a batch.")
 @click.option("--set", "settings", multiple=True, callback=parse_sets, metavar="NAME=VALUE",
@@ -250,6 +252,7 @@ def run(recipe: str, corpus_path: str, queries: tuple[str, ...], settings: dict[
 
 @main.command()
 @click.argument("recipe")
+@plugin_option
 @click.option("--json", "as_json", is_flag=True, help='Print {"ok": ..., "problems": [...]}.')
 def validate(recipe: str, as_json: bool) -> None:
     """Check RECIPE and list every problem (exit status 1 when there are any)."""
@@ -276,6 +279,7 @@ def validate(recipe: str, as_json: bool) -> None:
 
 @main.command()
 @click.argument("recipe")
+@plugin_option
 @click.option("--format", "fmt", type=click.Choice(["mermaid", "dot"]), default="mermaid", show_default=True)
 def graph(recipe: str, fmt: str) -> None:
     """Print RECIPE's DAG as Mermaid or Graphviz DOT text (offline)."""
@@ -328,6 +332,7 @@ def parse_sweeps(ctx: click.Context | None, param: click.Parameter | None,
 
 @main.command("eval")
 @click.argument("recipes", nargs=-1, required=True, metavar="RECIPE [RECIPE ...]")
+@plugin_option
 @click.option("--dataset", required=True, metavar="DIR",
               help="A BEIR-format collection: corpus.jsonl, queries.jsonl, qrels/<split>.tsv.")
 @click.option("--split", default="test", show_default=True, help="Which qrels/<split>.tsv to evaluate on.")

@@ -318,7 +318,8 @@ def analyze(recipe: Recipe) -> Analysis:
         if cls is None and kind:
             problems.append(f"{src}: stage {name!r}: unknown kind {kind!r}{_did(kind, stage_kinds())}; known "
                             f"kinds: {_listing(stage_kinds())} (third-party kinds register with "
-                            "irflow.register_stage or the entry-point group \"irflow.stages\")")
+                            "irflow.register_stage or the entry-point group \"irflow.stages\"; on the command "
+                            "line, --plugin MODULE imports the module that registers them)")
         # when
         for key, allowed in spec.when.items():
             if key not in param_names:
