@@ -11,7 +11,6 @@ a clear usage error naming it, never a traceback.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
 import sys
 from collections.abc import Sequence
@@ -21,6 +20,8 @@ from typing import Any
 
 import click
 
+from irflow.stage import module_from_file
+
 __all__ = ["plugin_option", "load_plugin"]
 
 
@@ -29,17 +30,7 @@ def _from_file(path: Path) -> ModuleType:
     loaded = sys.modules.get(name)
     if loaded is not None and Path(getattr(loaded, "__file__", "") or "").resolve() == path.resolve():
         return loaded  # imported already (a kind registers once)
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"{path} is not a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
-    return module
+    return module_from_file(name, path)
 
 
 def load_plugin(name: str) -> ModuleType:
