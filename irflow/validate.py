@@ -148,24 +148,31 @@ def _field_problem(field: "attrs.Attribute", value: Any) -> str | None:
     return None
 
 
-def _uses(recipe: Recipe, name: str) -> list[tuple[str, type, str]]:
-    """Where recipe parameter ``name`` is read: (who, class, field) per stage or derived parameter."""
-    found: list[tuple[str, type, str]] = []
+def _readers(recipe: Recipe) -> dict[str, list[tuple[str, "attrs.Attribute", Any]]]:
+    """Per recipe parameter, who reads it: (who, attrs field, ParamInfo or None); built once per recipe."""
+    cached = recipe._cache.get("readers")
+    if cached is not None:
+        return cached
+    found: dict[str, list[tuple[str, attrs.Attribute, Any]]] = {}
     for stage_name, spec in recipe.stages.items():
         cls = get_stage_class(spec.kind)
         if cls is None:
             continue
-        fields = {f.name for f in attrs.fields(cls) if f.init}
+        fields, infos = attrs.fields_dict(cls), stage_params(cls)
         for key, raw in spec.params.items():
-            if key in fields and param_ref(raw) == name:
-                found.append((f"stage {stage_name}", cls, key))
+            name = param_ref(raw)
+            if name is not None and key in fields and fields[key].init:
+                found.setdefault(name, []).append((f"stage {stage_name}", fields[key], infos.get(key)))
     for derived_name, spec in recipe.derived.items():
         cls = DERIVED_RULES.get(spec.rule)
         if cls is None:
             continue
+        fields = attrs.fields_dict(cls)
         for key, raw in spec.args.items():
-            if not isinstance(raw, tuple) and param_ref(raw) == name:
-                found.append((f"derived {derived_name}", cls, key))
+            name = None if isinstance(raw, tuple) else param_ref(raw)
+            if name is not None and key in fields:
+                found.setdefault(name, []).append((f"derived {derived_name}", fields[key], None))
+    recipe._cache["readers"] = found
     return found
 
 
@@ -176,32 +183,35 @@ def run_argument_problems(recipe: Recipe, given: Mapping[str, Any]) -> list[tupl
     :class:`~irflow.errors.ParameterError` takes it: the reason says what
     is wrong (each distinct complaint once), who reads the value and what
     it takes; the fix is the recipe's default when that one is accepted.
-    ``None`` values are skipped (a stage's own default applies).
+    ``None`` values are skipped (a stage's own default applies).  Each value
+    goes through the readers' own converters and validators only, so a
+    valid call pays a few attribute checks.
     """
+    readers = _readers(recipe)
     out: list[tuple[Any, ...]] = []
     for name, value in given.items():
-        if value is None:
+        uses = readers.get(name)
+        if value is None or not uses:
             continue
-        uses = _uses(recipe, name)
+        default = recipe.params.get(name)
+        if type(value) is type(default) and isinstance(value, (str, int, float)) and value == default:
+            continue  # the recipe's own default, checked when the recipe was validated (search() passes them all)
         complaints: dict[str, list[str]] = {}
         valid = ""
-        for who, cls, key in uses:
-            phrase = _field_problem(attrs.fields_dict(cls)[key], thaw(value))
+        for who, field, info in uses:
+            phrase = _field_problem(field, thaw(value))
             if phrase is None:
                 continue
-            readers = complaints.setdefault(phrase, [])
-            if who not in readers:
-                readers.append(who)
-            info = stage_params(cls).get(key)
+            complaints.setdefault(phrase, [])
+            if who not in complaints[phrase]:
+                complaints[phrase].append(who)
             if not valid and info is not None and info.doc:  # the first documented reader says what it takes
                 valid = f"; valid: {info.type} — {info.doc}"
         if not complaints:
             continue
-        reason = "; ".join(f"{phrase} (read by {', '.join(readers)})" for phrase, readers in complaints.items())
-        default = recipe.params.get(name)
+        reason = "; ".join(f"{phrase} (read by {', '.join(whos)})" for phrase, whos in complaints.items())
         fix = None
-        if default is not None and all(_field_problem(attrs.fields_dict(cls)[key], thaw(default)) is None
-                                       for _, cls, key in uses):
+        if default is not None and all(_field_problem(field, thaw(default)) is None for _, field, _ in uses):
             fix = (name, thaw(default), "e.g.")
         out.append((name, value, reason + valid, fix))
     return out
