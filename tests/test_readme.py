@@ -106,7 +106,7 @@ def _readme_commands() -> list[tuple[str, str]]:
         lang, body, inline = match.groups()
         if inline is not None:
             flat = " ".join(inline.split())
-            if re.match(r"(irflow|python|bash) [a-z]", flat) and not flat.startswith("irflow."):
+            if re.match(r"(irflow|python|bash) \S", flat):
                 commands.append(("inline", flat))
             continue
         if lang != "sh":
@@ -175,13 +175,17 @@ def test_readme_commands_run(readme_dir):
         if DATA_IN_README in line:
             continue  # test_readme_data_commands_run
         first, _, rest = line.partition(" ")
-        if first == "irflow" and where == "inline" and " " not in rest:
+        if first == "irflow" and where == "inline" and " " not in rest and not rest.startswith("-"):
             from irflow.cli import main
 
-            assert rest in main.commands, line  # a command named in prose, e.g. `irflow recipes`
+            assert rest in main.commands, line  # a command named in prose, e.g. `irflow eval`
             continue
         if first == "irflow":
             _run_irflow(line)
+        elif line.startswith("python -m irflow "):  # the module form, in a fresh interpreter
+            done = subprocess.run([sys.executable, *shlex.split(line)[1:]], cwd=readme_dir, capture_output=True,
+                                  text=True, timeout=300)
+            assert done.returncode == 0 and "Traceback" not in done.stderr, (line, done.stderr[-2000:])
         elif line.startswith("python -m pytest"):
             done = subprocess.run([sys.executable, *shlex.split(line)[1:], "-p", "no:cacheprovider"],
                                   cwd=readme_dir, capture_output=True, text=True, timeout=300)
@@ -195,6 +199,7 @@ def test_readme_commands_run(readme_dir):
     assert any(l.startswith("irflow index records.jsonl") for l in ran)
     assert any("--plugin score_floor" in l for l in ran) and any("test_score_floor.py" in l for l in ran)
     assert any(l.startswith("irflow demo ") for l in ran) and any(l.startswith("irflow trace diff") for l in ran)
+    assert "irflow -V" in ran and any(l.startswith("python -m irflow ") for l in ran)
     assert not any("mode=hybrid" in l and l.startswith("irflow run hybrid") for l in ran)  # issue 10, item 11
 
 
