@@ -226,7 +226,7 @@ def read_record_file(path: str | Path, *, title_mode: str = "prepend", progress:
     return RecordFile(path, fmt or "records", prepared, tuple(bad), lines)
 
 
-def _numbers(numbers: Iterable[int], limit: int = 200) -> str:
+def _numbers(numbers: Iterable[int], limit: int = 1000) -> str:
     """``[3, 4, 5, 9]`` -> ``"3-5, 9"``; at most ``limit`` ranges, then a count."""
     ranges: list[list[int]] = []
     for n in sorted(numbers):
