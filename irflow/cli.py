@@ -11,6 +11,9 @@ unexpected exception is a bug and keeps its traceback.
     irflow trace show run.jsonl --stage fuse
     irflow trace diff run.jsonl --stages dense fuse
     irflow eval lexical hybrid --dataset ../shared/data/scifact --sweep rrf_k=10,60 --baseline lexical
+    irflow run my.toml --plugin my_stages --corpus ./corpus -q "sql parser"   # my_stages registers a kind
+
+``python -m irflow`` is the same command (:mod:`irflow.__main__`).
 """
 
 from __future__ import annotations
