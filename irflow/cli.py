@@ -11,21 +11,28 @@ unexpected exception is a bug and keeps its traceback.
     irflow trace show run.jsonl --stage fuse
     irflow trace diff run.jsonl --stages dense fuse
     irflow eval lexical hybrid --dataset ../shared/data/scifact --sweep rrf_k=10,60 --baseline lexical
+    irflow run my.toml --plugin my_stages --corpus ./corpus -q "sql parser"   # my_stages registers a kind
+
+``python -m irflow`` is the same command (:mod:`irflow.__main__`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
 from irflow import __version__
-from irflow.errors import IrflowError
+from irflow.cli_index import RECORD_FORMAT
+from irflow.cli_plugins import plugin_option
+from irflow.errors import IrflowError, ParameterError
 
 __all__ = ["main", "UserError", "parse_sets", "parse_sweeps"]
 
@@ -70,9 +77,24 @@ def parse_sets(ctx: click.Context | None, param: click.Parameter | None, values:
                                      ctx=ctx, param=param)
         try:
             out[name] = json.loads(raw)
-        except json.JSONDecodeError:
+        except json.JSONDecodeError as error:
+            if raw.lstrip().startswith(("{", "[")):  # meant as JSON: say it did not parse, not "must be a table"
+                raise click.BadParameter(
+                    f"{item!r}: the value looks like JSON but does not parse ({error.msg} at column "
+                    f"{error.colno}); write JSON with double quotes and quote it for the shell, e.g. "
+                    f"--set '{name}={_JSON_EXAMPLE[raw.lstrip()[0]]}' (a plain string starting with "
+                    f"{raw.lstrip()[0]!r} is written as a JSON string: --set '{name}=\"...\"')",
+                    ctx=ctx, param=param) from None
             out[name] = raw
     return out
+
+
+_JSON_EXAMPLE = {"{": '{"field": "value"}', "[": '["a", "b"]'}
+
+
+def _set_label(name: str, value: Any) -> str:
+    """A run argument as the user wrote it on the command line: ``--set k=5``."""
+    return f"--set {name}={value if isinstance(value, str) else json.dumps(value)}"
 
 
 def _json_option(value: str | None, what: str) -> Any:
@@ -91,41 +113,29 @@ def _dumps(data: Any) -> str:
 
 
 @click.group(cls=IrflowGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(version=__version__, prog_name="irflow")
+@click.version_option(__version__, "-V", "--version", prog_name="irflow", message="%(prog)s %(version)s")
 def main() -> None:
     """irflow: document retrieval as an explicit DAG of small typed stages."""
+    # warnings (a misspelled filter field, a missing extra) print as one line each, for this command only
+    click.get_current_context().with_resource(_one_line_warnings())
+
+
+@contextlib.contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: Any = None, line: str | None = None) -> None:
+        click.echo(f"Warning: {' '.join(str(message).split())}", err=True)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
 
 
 # --------------------------------------------------------------------------
 # index
 
 
-def _read_records(path: Path) -> list[Any]:
-    from irflow.records import Record
-
-    records = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise UserError(f"{path}:{number}: not JSON ({error.msg}); each line must be one record object "
-                                "with the keys artifact_id, surface_kind, text (and optionally metadata, "
-                                "surface_index, id, vector)") from None
-            if not isinstance(data, dict):
-                raise UserError(f"{path}:{number}: a record must be a JSON object, got {type(data).__name__}")
-            try:
-                records.append(Record.from_dict(data))
-            except (TypeError, ValueError) as error:
-                raise UserError(f"{path}:{number}: invalid record: {error}") from None
-    if not records:
-        raise UserError(f"{path}: no records; write one JSON object per line")
-    return records
-
-
-@main.command()
+@main.command(epilog=f"Record format: {RECORD_FORMAT}")
 @click.argument("input_path", metavar="INPUT.jsonl", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Directory to write the corpus to (a rebuild when it holds one).")
@@ -133,25 +143,42 @@ def _read_records(path: Path) -> list[Any]:
               help='Embedder spec ("hash", "hash:512", "st:<model>"), or "none" for a lexical-only corpus.')
 @click.option("--analyzer", default=None, help="Analyzer name (plain, identifier, english); default english.")
 @click.option("--name", default=None, help="Corpus name (default: the directory name).")
-@click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
+@click.option("--title-mode", type=click.Choice(["prepend", "separate", "ignore"]), default="prepend",
+              show_default=True, help="BEIR documents: how titles become records (as irflow eval).")
+@click.option("--skip-bad", is_flag=True,
+              help="Index the good lines and report the bad ones (default: refuse the file, listing every bad line).")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bars for every phase (default: when stderr is a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
-def index(input_path: Path, out: Path, embedder: str, analyzer: str | None, name: str | None,
-          progress: bool | None, as_json: bool) -> None:
-    """Build a corpus from INPUT.jsonl (one record per line) into --out."""
+def index(input_path: Path, out: Path, embedder: str, analyzer: str | None, name: str | None, title_mode: str,
+          skip_bad: bool, progress: bool | None, as_json: bool) -> None:
+    """Build a corpus from INPUT.jsonl (one record or BEIR document per line) into --out."""
+    from irflow.cli_index import bad_lines_report, read_record_file, skipped_report
     from irflow.corpus import build
 
-    records = _read_records(input_path)
-    spec = None if embedder.lower() == "none" else embedder
     show = sys.stderr.isatty() if progress is None else progress
+    found = read_record_file(input_path, title_mode=title_mode, progress=show)
+    if found.bad and not skip_bad:
+        raise UserError(bad_lines_report(found))
+    if found.bad:
+        click.echo(skipped_report(found), err=True)
+    if not found.records:
+        raise UserError(f"{input_path}: no records to index ({found.lines} non-blank lines"
+                        f"{', all bad' if found.bad else ''}); write one JSON object per line, e.g. "
+                        '{"artifact_id": "unbox", "surface_kind": "description", "text": "Unpack any archive."}')
+    records = found.records
+    spec = None if embedder.lower() == "none" else embedder
     corpus = build(records, embedder=spec, analyzer=analyzer, path=out, name=name, progress=show)
     summary = {"path": str(out), "name": corpus.name, "records": len(corpus),
                "artifacts": len({r.artifact_id for r in records}), "kinds": list(corpus.kinds),
-               "embedder": corpus.embedder_spec, "dim": corpus.dim, "analyzer": corpus.analyzer.name}
+               "embedder": corpus.embedder_spec, "dim": corpus.dim, "analyzer": corpus.analyzer.name,
+               "format": found.format, "skipped_lines": [b.number for b in found.bad]}
     if as_json:
         click.echo(_dumps(summary))
     else:
+        source = "BEIR documents" if found.format == "beir" else "records"
         click.echo(f"indexed {summary['records']} records ({summary['artifacts']} artifacts; kinds "
-                   f"{', '.join(summary['kinds'])}) into {out} (embedder {spec or 'none'}, analyzer "
+                   f"{', '.join(summary['kinds'])}) from {source} into {out} (embedder {spec or 'none'}, analyzer "
                    f"{summary['analyzer']})")
 
 
@@ -168,6 +195,7 @@ def _hits_table(hits: Sequence[Any]) -> str:
 
 @main.command()
 @click.argument("recipe")
+@plugin_option
 @click.option("--corpus", "corpus_path", required=True, help="Corpus directory (or name under $IRFLOW_HOME/corpora).")
 @click.option("--query", "-q", "queries", multiple=True, required=True, help="A query; repeat for a batch.")
 @click.option("--set", "settings", multiple=True, callback=parse_sets, metavar="NAME=VALUE",
@@ -185,8 +213,11 @@ def run(recipe: str, corpus_path: str, queries: tuple[str, ...], settings: dict[
 
     the_recipe = load_recipe(recipe)
     corpus = open_corpus(corpus_path)
-    # explanations are complete only from a trace, and tracing a CLI run costs little
-    result = the_recipe.run(corpus, list(queries), trace=bool(trace_path or explain_n), **settings)
+    try:
+        # explanations are complete only from a trace, and tracing a CLI run costs little
+        result = the_recipe.run(corpus, list(queries), trace=bool(trace_path or explain_n), **settings)
+    except ParameterError as error:  # the user's --set, written as they wrote it
+        raise UserError(error.message(_set_label)) from None
     per_query = result.hits
     if trace_path is not None:
         try:
@@ -224,6 +255,7 @@ def run(recipe: str, corpus_path: str, queries: tuple[str, ...], settings: dict[
 
 @main.command()
 @click.argument("recipe")
+@plugin_option
 @click.option("--json", "as_json", is_flag=True, help='Print {"ok": ..., "problems": [...]}.')
 def validate(recipe: str, as_json: bool) -> None:
     """Check RECIPE and list every problem (exit status 1 when there are any)."""
@@ -250,6 +282,7 @@ def validate(recipe: str, as_json: bool) -> None:
 
 @main.command()
 @click.argument("recipe")
+@plugin_option
 @click.option("--format", "fmt", type=click.Choice(["mermaid", "dot"]), default="mermaid", show_default=True)
 def graph(recipe: str, fmt: str) -> None:
     """Print RECIPE's DAG as Mermaid or Graphviz DOT text (offline)."""
@@ -302,6 +335,7 @@ def parse_sweeps(ctx: click.Context | None, param: click.Parameter | None,
 
 @main.command("eval")
 @click.argument("recipes", nargs=-1, required=True, metavar="RECIPE [RECIPE ...]")
+@plugin_option
 @click.option("--dataset", required=True, metavar="DIR",
               help="A BEIR-format collection: corpus.jsonl, queries.jsonl, qrels/<split>.tsv.")
 @click.option("--split", default="test", show_default=True, help="Which qrels/<split>.tsv to evaluate on.")
@@ -347,10 +381,13 @@ def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: st
     if holdout is not None:
         tune, test = holdout_split(collection.eval_queries, seed=holdout_seed)
         queries = tune if holdout == "tune" else test
-    result = evaluate(list(recipes), collection, metrics=metrics, params=settings, sweep=sweeps or None,
-                      embedder=None if embedder.lower() == "none" else embedder, analyzer=analyzer,
-                      title_mode=title_mode, batch_size=batch_size, depth=depth, queries=queries, progress=show,
-                      use_cache=cache, baseline=baseline)
+    try:
+        result = evaluate(list(recipes), collection, metrics=metrics, params=settings, sweep=sweeps or None,
+                          embedder=None if embedder.lower() == "none" else embedder, analyzer=analyzer,
+                          title_mode=title_mode, batch_size=batch_size, depth=depth, queries=queries, progress=show,
+                          use_cache=cache, baseline=baseline)
+    except ParameterError as error:  # a --set or --sweep value, written as on the command line
+        raise UserError(error.message(lambda name, value: _set_label(name, value)[len("--set "):])) from None
     if runs_dir is not None:
         try:
             written = result.write_runs(runs_dir)

@@ -16,8 +16,10 @@ so lexical search and record lookups never load a model.
 from __future__ import annotations
 
 import collections
+import difflib
 import os
 import threading
+import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -27,12 +29,13 @@ from irflow import bm25 as _bm25
 from irflow import dense as _dense
 from irflow.columns import MetadataColumns
 from irflow.embedders import Embedder, check_dimension, normalize_rows, resolve_embedder
-from irflow.errors import CorpusError, EmbedderError
+from irflow.errors import CorpusError, EmbedderError, FilterError, UnknownFieldWarning, UnknownSurfaceWarning
 from irflow.filters import CompiledFilter, compile_filter
 from irflow.generations import check_writable_root
 from irflow.paths import HOME_ENV, is_corpus_name, resolve_corpus_path
 from irflow.persist import EmbedderInfo, load_corpus, save_corpus
 from irflow.postings import Postings
+from irflow.progress import bar, phase
 from irflow.records import Record, SearchHit
 from irflow.store import CorpusStore, prepare_records
 from irflow.text import Analyzer, get_analyzer
@@ -56,6 +59,31 @@ def _surfaces_key(surfaces: Iterable[str] | str | None) -> tuple[str, ...] | Non
     if isinstance(surfaces, str):  # a bare kind name, not its characters
         return (surfaces,)
     return tuple(sorted(set(surfaces)))
+
+
+def _closest_hint(word: str, options: Iterable[str]) -> str:
+    match = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def _field_paths(metadata: Iterable[Mapping[str, Any]], depth: int = 3) -> list[str]:
+    """Every dotted field path of these metadata mappings (nested mappings, also inside lists), sorted."""
+    found: set[str] = set()
+
+    def walk(value: Any, prefix: str, level: int) -> None:
+        if isinstance(value, Mapping):
+            for key, inner in value.items():
+                path = f"{prefix}{key}"
+                found.add(path)
+                if level < depth:
+                    walk(inner, f"{path}.", level + 1)
+        elif isinstance(value, (list, tuple)) and level > 0:
+            for item in value:
+                walk(item, prefix, level)
+
+    for record in metadata:
+        walk(record, "", 0)
+    return sorted(found)
 
 
 class Corpus:
@@ -92,6 +120,7 @@ class Corpus:
         self._columns: MetadataColumns | None = None
         self._masks: collections.OrderedDict[Any, np.ndarray] = collections.OrderedDict()
         self._masks_version = store.version
+        self._warned: set[tuple[str, str]] = set()  # (name, "field" | "surface") already warned about
         self._lock = threading.Lock()
 
     # -- row-aligned columns ------------------------------------------------------------
@@ -223,7 +252,12 @@ class Corpus:
     ) -> np.ndarray:
         """Rows passing *filter* whose kind is in *surfaces* (None: any), live rows only; read-only bool (n_rows,).
 
-        Unknown surface kinds match nothing.  Masks are cached per canonical
+        ``surfaces`` naming no kind the corpus holds raises FilterError (the
+        answer could only be empty: a typo); a stray unknown kind next to held
+        ones matches nothing and warns (:class:`~irflow.errors.UnknownSurfaceWarning`).
+        A filter path no live record has warns too
+        (:class:`~irflow.errors.UnknownFieldWarning`, naming the closest
+        field), once per (corpus, path).  Masks are cached per canonical
         (filter, surfaces); a delete invalidates the cache.
         """
         surfaces_key = _surfaces_key(surfaces)
@@ -237,6 +271,11 @@ class Corpus:
             if cached is not None:
                 self._masks.move_to_end(key)
                 return cached
+        # a misspelled name must not silently return nothing (checked once per mask built)
+        if surfaces_key is not None:
+            self._check_surfaces(surfaces_key)
+        if compiled.fields:
+            self._check_fields(compiled.fields)
         mask = self.store.live.copy()
         if not compiled.matches_all:
             mask &= np.asarray(compiled.mask(self.columns), dtype=bool)
@@ -249,6 +288,52 @@ class Corpus:
             while len(self._masks) > MASK_CACHE_SIZE:
                 self._masks.popitem(last=False)
         return mask
+
+    def _check_surfaces(self, wanted: tuple[str, ...]) -> None:
+        """FilterError when ``surfaces`` selects no kind this corpus holds; a warning for a stray kind.
+
+        A restriction to kinds the corpus lacks can only return nothing: almost
+        always a typo (``"nam"``), so it is refused, naming the kinds held and
+        the closest.  A kind missing next to kinds that are held may be meant
+        (one list of kinds for several corpora), so it only warns, once per
+        (corpus, kind).
+        """
+        held = self.kinds
+        unknown = [kind for kind in wanted if kind not in held]
+        if wanted and not unknown:
+            return
+        hints = "".join(_closest_hint(kind, held) for kind in unknown)
+        if len(unknown) == len(wanted):
+            what = (f"{self._label()} holds no surface kind {', '.join(repr(k) for k in wanted)}{hints}" if wanted
+                    else "an empty list selects no surface kind")
+            raise FilterError(f"surfaces: {what}; its kinds are {', '.join(held) or '(none)'} — pass some of "
+                              "them, or surfaces=None for every kind")
+        for kind in unknown:
+            if self._first_warning("surface", kind):
+                warnings.warn(UnknownSurfaceWarning(
+                    f"surfaces: {self._label()} holds no surface kind {kind!r}{_closest_hint(kind, held)}; it "
+                    f"matches nothing (its kinds are {', '.join(held)})"), stacklevel=4)
+
+    def _check_fields(self, paths: Iterable[str]) -> None:
+        """Warn, once per (corpus, path), about a filter path no live record has (a misspelled field)."""
+        live = self.store.live
+        for path in paths:
+            if (path, "field") in self._warned or (self.columns.column(path).present & live).any():
+                continue
+            if self._first_warning("field", path):
+                known = _field_paths(self.store.metadata[i] for i in np.flatnonzero(live))
+                listing = ", ".join(known[:20]) + (f", ... ({len(known)} fields)" if len(known) > 20 else "")
+                warnings.warn(UnknownFieldWarning(
+                    f"filter: no record of {self._label()} has the field {path!r}{_closest_hint(path, known)}, "
+                    f"so conditions on it see a missing field (equality matches nothing); its fields are "
+                    f"{listing or '(none)'}"), stacklevel=4)
+
+    def _first_warning(self, what: str, name: str) -> bool:
+        with self._lock:
+            if (name, what) in self._warned:
+                return False
+            self._warned.add((name, what))
+            return True
 
     def _effective_mask(self, mask: np.ndarray | None) -> np.ndarray | None:
         """*mask* restricted to live rows (None stays None while nothing is deleted: the kernels' fast path)."""
@@ -373,19 +458,16 @@ def _precomputed_vectors(records: Sequence[Record], embedder: Embedder | None) -
 def _embedded_vectors(
     texts: Sequence[str], embedder: Embedder, *, batch_size: int, progress: bool
 ) -> tuple[np.ndarray, EmbedderInfo]:
-    starts = range(0, len(texts), batch_size)
-    if progress:
-        from tqdm.auto import tqdm  # only when asked: progress bars are for interactive builds
-
-        starts = tqdm(starts, desc="embedding", unit="batch")
     matrix: np.ndarray | None = None
-    for start in starts:
-        batch = np.asarray(embedder.embed_documents(texts[start:start + batch_size]), dtype=np.float32)
-        if matrix is None:
-            matrix = np.empty((len(texts), batch.shape[1]), dtype=np.float32)
-        elif batch.shape[1] != matrix.shape[1]:
-            check_dimension(embedder.describe(), int(batch.shape[1]), int(matrix.shape[1]))
-        matrix[start:start + batch.shape[0]] = batch
+    with bar(progress, "embedding", total=len(texts), unit="record", unit_scale=True) as shown:
+        for start in range(0, len(texts), batch_size):
+            batch = np.asarray(embedder.embed_documents(texts[start:start + batch_size]), dtype=np.float32)
+            if matrix is None:
+                matrix = np.empty((len(texts), batch.shape[1]), dtype=np.float32)
+            elif batch.shape[1] != matrix.shape[1]:
+                check_dimension(embedder.describe(), int(batch.shape[1]), int(matrix.shape[1]))
+            matrix[start:start + batch.shape[0]] = batch
+            shown.update(batch.shape[0])
     if matrix is None:  # pragma: no cover - build() refuses an empty record list
         raise CorpusError("no texts to embed")
     info = EmbedderInfo(spec=embedder.spec, dim=int(matrix.shape[1]), description=embedder.describe(), source="embedded")
@@ -410,6 +492,18 @@ def _document_vectors(
     return _embedded_vectors(texts, embedder, batch_size=batch_size, progress=progress)
 
 
+def _tokenize(analyzer: Analyzer, texts: Sequence[str], progress: bool, chunk: int = 1024) -> list[list[str]]:
+    """The tokens of every text, in chunks so a progress bar can follow (the same tokens as one call)."""
+    if not progress:
+        return analyzer.tokenize_many(texts)
+    out: list[list[str]] = []
+    with bar(True, "tokenizing", total=len(texts), unit="record", unit_scale=True) as shown:
+        for start in range(0, len(texts), chunk):
+            out.extend(analyzer.tokenize_many(texts[start:start + chunk]))
+            shown.update(min(chunk, len(texts) - start))
+    return out
+
+
 def build(
     records: Iterable[Record | Mapping[str, Any]],
     *,
@@ -425,7 +519,9 @@ def build(
     ``embedder``: a spec ("hash", "hash:512", "st:<model>"), a callable
     ``texts -> (n, d)``, an object with ``embed(texts, kind)``, or None for a
     lexical-only corpus.  Records may instead all carry precomputed vectors.
-    ``analyzer`` defaults to :data:`irflow.text.DEFAULT_ANALYZER`.  With
+    ``analyzer`` defaults to :data:`irflow.text.DEFAULT_ANALYZER`.
+    ``progress=True`` shows a bar for each phase (tokenizing, postings,
+    embedding, writing).  With
     ``path`` the corpus is written there (atomically; over an existing corpus
     it is a rebuild) and named after the directory unless ``name`` is given.
 
@@ -444,10 +540,15 @@ def build(
     the_analyzer = get_analyzer(analyzer)
     the_embedder = resolve_embedder(embedder)
     store = CorpusStore.from_records(prepared, name=corpus_name)
-    postings = Postings.build(the_analyzer.tokenize_many(store.texts))
+    tokens = _tokenize(the_analyzer, store.texts, progress)
+    with phase(progress, "postings"):
+        postings = Postings.build(tokens)
+    del tokens
     vectors, info = _document_vectors(prepared, store.texts, the_embedder, batch_size=batch_size, progress=progress)
     if root is not None:
-        save_corpus(root, store=store, postings=postings, vectors=vectors, analyzer=the_analyzer.to_dict(), embedder=info)
+        with phase(progress, "writing"):
+            save_corpus(root, store=store, postings=postings, vectors=vectors, analyzer=the_analyzer.to_dict(),
+                        embedder=info)
     return Corpus(
         store=store, postings=postings, analyzer=the_analyzer, vectors=vectors,
         embedder=the_embedder, embedder_info=info, name=corpus_name, path=root,

@@ -45,6 +45,9 @@ __all__ = [
     "read_trec_run",
     "write_trec_run",
     "file_digest",
+    "check_title_mode",
+    "document_records",
+    "parse_document",
 ]
 
 log = logging.getLogger(__name__)
@@ -136,19 +139,10 @@ class Collection:
         >>> Collection("toy", None, {"d1": doc}, {}, {}).records()[0].text
         'Title\\nBody.'
         """
-        if title_mode not in TITLE_MODES:
-            raise DatasetError(f"unknown title_mode {title_mode!r}; valid modes are {list(TITLE_MODES)}")
+        check_title_mode(title_mode)
         out: list[Record] = []
         for doc in self.documents.values():
-            metadata = {**doc.metadata, "title": doc.title}
-            if title_mode == "separate":
-                surfaces = ([("title", doc.title)] if doc.title else []) + [("text", doc.text)]
-            elif title_mode == "prepend" and doc.title:
-                surfaces = [("document", f"{doc.title}\n{doc.text}")]
-            else:
-                surfaces = [("document", doc.text)]
-            for index, (kind, text) in enumerate(surfaces):
-                out.append(Record(doc.id, kind, text, metadata=metadata, surface_index=index))
+            out.extend(document_records(doc, title_mode))
         return out
 
     def fingerprint(self) -> str:
@@ -177,6 +171,51 @@ class Collection:
             if (st.st_size, st.st_mtime_ns) != (stamp.size, stamp.mtime_ns):
                 return True
         return False
+
+
+def check_title_mode(title_mode: str) -> None:
+    """DatasetError unless ``title_mode`` is one of :data:`TITLE_MODES`."""
+    if title_mode not in TITLE_MODES:
+        raise DatasetError(f"unknown title_mode {title_mode!r}; valid modes are {list(TITLE_MODES)}")
+
+
+def document_records(doc: Document, title_mode: str = "prepend") -> list[Record]:
+    """One document's irflow records, per :meth:`Collection.records` (artifact id = document id).
+
+    Shared by evaluation corpora and ``irflow index`` of a BEIR ``corpus.jsonl``,
+    so both index a document the same way.
+
+    >>> [r.text for r in document_records(Document("d1", "Title", "Body."))]
+    ['Title\\nBody.']
+    """
+    metadata = {**doc.metadata, "title": doc.title}
+    if title_mode == "separate":
+        surfaces = ([("title", doc.title)] if doc.title else []) + [("text", doc.text)]
+    elif title_mode == "prepend" and doc.title:
+        surfaces = [("document", f"{doc.title}\n{doc.text}")]
+    else:
+        surfaces = [("document", doc.text)]
+    return [Record(doc.id, kind, text, metadata=metadata, surface_index=index)
+            for index, (kind, text) in enumerate(surfaces)]
+
+
+def parse_document(obj: Mapping[str, Any], where: str = "") -> Document:
+    """A :class:`Document` from one parsed ``corpus.jsonl`` object (``_id``, ``title``, ``text``, ``metadata``).
+
+    DatasetError names what is wrong, prefixed by ``where`` (a file and line) when given.
+
+    >>> parse_document({"_id": 7, "title": "T", "text": "x"}).id
+    '7'
+    """
+    metadata = obj.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise DatasetError(f"{_at(where)}'metadata' must be a JSON object, got {type(metadata).__name__}")
+    return Document(_id_field(where, obj), _str_field(where, obj, "title", required=False),
+                    _str_field(where, obj, "text", required=True), metadata)
+
+
+def _at(where: str) -> str:
+    return f"{where}: " if where else ""
 
 
 def _combine(stamps: Iterable[FileStamp]) -> str:
@@ -250,22 +289,22 @@ def _json_object(path: Path, number: int, line: str, what: str) -> dict[str, Any
     return value
 
 
-def _id_field(path: Path, number: int, obj: Mapping[str, Any]) -> str:
+def _id_field(where: str, obj: Mapping[str, Any]) -> str:
     value = obj.get("_id")
     # BEIR ids are strings; integers are accepted because some converters write them
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
     if not isinstance(value, str) or not value:
-        raise DatasetError(f"{_where(path, number)}: '_id' must be a non-empty string, got {value!r}")
+        raise DatasetError(f"{_at(where)}'_id' must be a non-empty string, got {value!r}")
     return value
 
 
-def _str_field(path: Path, number: int, obj: Mapping[str, Any], key: str, required: bool) -> str:
+def _str_field(where: str, obj: Mapping[str, Any], key: str, required: bool) -> str:
     value = obj.get(key)
     if value is None and not required:
         return ""
     if not isinstance(value, str):
-        raise DatasetError(f"{_where(path, number)}: '{key}' must be a string, got {value!r}")
+        raise DatasetError(f"{_at(where)}'{key}' must be a string, got {value!r}")
     return value
 
 
@@ -277,18 +316,10 @@ def _read_corpus(path: Path) -> tuple[dict[str, Document], FileStamp]:
         if not line.strip():
             continue
         obj = _json_object(path, number, line, "document {_id, title, text}")
-        doc_id = _id_field(path, number, obj)
+        doc_id = _id_field(_where(path, number), obj)
         if doc_id in documents:
             raise DatasetError(f"{_where(path, number)}: duplicate document id {doc_id!r} (first on line {first_line[doc_id]})")
-        metadata = obj.get("metadata") or {}
-        if not isinstance(metadata, dict):
-            raise DatasetError(f"{_where(path, number)}: 'metadata' must be a JSON object, got {type(metadata).__name__}")
-        documents[doc_id] = Document(
-            doc_id,
-            _str_field(path, number, obj, "title", required=False),
-            _str_field(path, number, obj, "text", required=True),
-            metadata,
-        )
+        documents[doc_id] = parse_document(obj, _where(path, number))
         first_line[doc_id] = number
     return documents, lines.stamp()
 
@@ -301,10 +332,10 @@ def _read_queries(path: Path) -> tuple[dict[str, str], FileStamp]:
         if not line.strip():
             continue
         obj = _json_object(path, number, line, "query {_id, text}")
-        qid = _id_field(path, number, obj)
+        qid = _id_field(_where(path, number), obj)
         if qid in queries:
             raise DatasetError(f"{_where(path, number)}: duplicate query id {qid!r} (first on line {first_line[qid]})")
-        queries[qid] = _str_field(path, number, obj, "text", required=True)
+        queries[qid] = _str_field(_where(path, number), obj, "text", required=True)
         first_line[qid] = number
     return queries, lines.stamp()
 

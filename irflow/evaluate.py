@@ -56,7 +56,7 @@ from irflow.executor import StageCache
 from irflow.metrics import EvaluationError, Metric, Qrels, Run, parse_metrics, per_query
 from irflow.recipe import Recipe, load_recipe
 from irflow.significance import CORRECTIONS, DEFAULT_PERMUTATIONS, Comparison, compare_many
-from irflow.sweep import expand_sweep, setting_label
+from irflow.sweep import expand_sweep, run_signature, setting_label
 from irflow.table import render_table
 
 __all__ = [
@@ -192,6 +192,8 @@ class Evaluation:
     baseline: str | None = None
     corpus: CorpusSource | None = None
     stage_cache: StageCache | None = attrs.field(default=None, repr=False)
+    #: sweep settings that cannot differ, evaluated once: (label kept, labels merged, parameters without effect)
+    merged: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = ()
 
     # -- access --------------------------------------------------------------
 
@@ -238,17 +240,30 @@ class Evaluation:
         return [s.label for s in self.systems if s.means[metric] >= top - 1e-12]
 
     def table(self, *, digits: int = 4, mark_best: bool = True) -> str:
-        """The systems side by side, one column per metric, the best of each column marked ``*``."""
-        best = {m: set(self.best(m)) for m in self.metrics} if mark_best and self.systems else {}
+        """The systems side by side, one column per metric, the best of each column marked ``*``.
+
+        A legend under the table says what ``*`` means (the highest mean,
+        not a significant difference); a lone system is not marked.  Sweep
+        settings merged because they cannot differ are listed below it.
+        """
+        mark = mark_best and len(self.systems) > 1
+        best = {m: set(self.best(m)) for m in self.metrics} if mark else {}
         rows = []
         for system in self.systems:
             row: list[Any] = [system.label]
             for metric in self.metrics:
-                star = "*" if system.label in best.get(metric, ()) else " " if mark_best else ""
+                star = "*" if system.label in best.get(metric, ()) else " " if mark else ""
                 row.append(f"{system.means[metric]:.{digits}f}{star}")
             rows.append(row)
         headers = ["system", *self.metrics]
-        return render_table(headers, rows, max_width=60, right=list(self.metrics))
+        lines = [render_table(headers, rows, max_width=60, right=list(self.metrics))]
+        if mark:
+            lines.append("* the highest mean in its column (ties: each marked); not a significance test — "
+                         "compare against a baseline (irflow eval --baseline) for paired tests")
+        for kept, labels, unused in self.merged:
+            lines.append(f"{kept} stands for {', '.join(labels)}: {', '.join(unused)} cannot change the result "
+                         f"there, so they were evaluated once")
+        return "\n".join(lines)
 
     def compare(
         self,
@@ -369,15 +384,24 @@ def _depth_params(recipe: Recipe, given: Mapping[str, Any], depth: int, per_docu
 
 
 def _system_plans(label: str, recipe: Recipe, params: Mapping[str, Any], settings: list[dict[str, Any]],
-                  depth: int, per_document: bool) -> list[_Plan]:
-    """One plan per distinct setting of the parameters this recipe has."""
+                  depth: int, per_document: bool,
+                  merged: list[tuple[str, tuple[str, ...], tuple[str, ...]]] | None = None) -> list[_Plan]:
+    """One plan per distinct setting of the parameters this recipe has.
+
+    Settings whose runs compute the same thing (:func:`irflow.sweep.run_signature`:
+    ``rrf_k`` under a blend fusion, a fusion when one channel is off) are
+    evaluated once, labelled by the parameters that matter; ``merged``
+    receives ``(label kept, labels merged, parameters without effect)``.
+    """
     known = _recipe_params(recipe)
     given = {k: v for k, v in params.items() if k in known}
     if isinstance(given.get("k"), int) and given["k"] < depth:
         warnings.warn(f"{label}: k={given['k']} ranks fewer documents than the metrics need ({depth}); "
                       "metrics with a larger cutoff see a truncated ranking", stacklevel=4)
-    plans: list[_Plan] = []
     seen: list[dict[str, Any]] = []
+    groups: list[list[dict[str, Any]]] = []
+    runs: list[dict[str, Any]] = []
+    signatures: list[Any] = []
     for setting in settings:
         # a recipe sweeps only the parameters it has; the others would repeat one system
         mine = {k: v for k, v in setting.items() if k in known}
@@ -385,13 +409,30 @@ def _system_plans(label: str, recipe: Recipe, params: Mapping[str, Any], setting
             continue
         seen.append(mine)
         run_params = {**given, **mine}
-        plans.append(_Plan(setting_label(label, mine), recipe,
-                           {**_depth_params(recipe, run_params, depth, per_document), **run_params}))
+        full = {**_depth_params(recipe, run_params, depth, per_document), **run_params}
+        signature = run_signature(recipe, full) if len(settings) > 1 else None
+        if signature is not None and signature in signatures:
+            groups[signatures.index(signature)].append(mine)
+            continue
+        signatures.append(signature)
+        groups.append([mine])
+        runs.append(full)
+    plans: list[_Plan] = []
+    for group, full in zip(groups, runs):
+        if len(group) == 1:
+            plans.append(_Plan(setting_label(label, group[0]), recipe, full))
+            continue
+        unused = tuple(k for k in group[0] if any(g.get(k) != group[0][k] for g in group[1:]))
+        kept = setting_label(label, {k: v for k, v in group[0].items() if k not in unused})
+        plans.append(_Plan(kept, recipe, full))
+        if merged is not None:
+            merged.append((kept, tuple(setting_label(label, g) for g in group), unused))
     return plans
 
 
 def _plan(recipes: Any, params: Mapping[str, Any], sweep: Mapping[str, Sequence[Any]] | None,
-          baseline: Any, depth: int, per_document: bool) -> tuple[list[_Plan], str | None]:
+          baseline: Any, depth: int, per_document: bool,
+          merged: list[tuple[str, tuple[str, ...], tuple[str, ...]]] | None = None) -> tuple[list[_Plan], str | None]:
     """The systems to evaluate, in order (an added baseline first), and the baseline's label."""
     named = _named_recipes(recipes)
     settings = expand_sweep(sweep)
@@ -400,7 +441,7 @@ def _plan(recipes: Any, params: Mapping[str, Any], sweep: Mapping[str, Sequence[
     for label, recipe in named:
         label = _unique(label or recipe.name, taken)
         taken.add(label)
-        plans.extend(_system_plans(label, recipe, params, settings, depth, per_document))
+        plans.extend(_system_plans(label, recipe, params, settings, depth, per_document, merged))
     everything = [r for _, r in named]
     base_label: str | None = None
     if baseline is not None:
@@ -553,7 +594,8 @@ def evaluate(
     the_depth = ranking_depth(parsed, depth)
     collection = dataset if isinstance(dataset, Collection) else load_beir(dataset, split)
     per_document = title_mode != "separate"
-    plans, base_label = _plan(recipes, dict(params or {}), sweep, baseline, the_depth, per_document)
+    merged: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = []
+    plans, base_label = _plan(recipes, dict(params or {}), sweep, baseline, the_depth, per_document, merged)
     chosen = _select_queries(collection, queries)
     qids = list(chosen)
     qrels = {q: dict(collection.qrels[q]) for q in qids}
@@ -591,7 +633,7 @@ def evaluate(
     systems = tuple(_system(plan.label, plan.recipe.name, plan.params, runs[i], qrels, parsed, seconds[i])
                     for i, plan in enumerate(plans))
     return Evaluation(collection.name, collection.split, tuple(str(m) for m in parsed), the_depth, qrels, systems,
-                      base_label, source, stage_cache)
+                      base_label, source, stage_cache, merged=tuple(merged))
 
 
 def evaluate_runs(

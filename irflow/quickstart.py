@@ -19,7 +19,7 @@ from irflow.installed import distribution_records
 from irflow.recipe import load_recipe
 from irflow.table import render_table
 
-__all__ = ["EXAMPLE_QUERIES", "DEFAULT_TRACE", "installed_corpus", "run_demo"]
+__all__ = ["EXAMPLE_QUERIES", "DEFAULT_TRACE", "installed_corpus", "run_demo", "scoring_stage"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,5 +81,20 @@ def run_demo(
         result.trace.dump(trace_path)
         echo("")
         echo(f"trace written to {trace_path}: see every stage with `irflow trace show {trace_path}`, "
-             f"or one with `--stage fuse`")
+             f"or where the scores come from with `--stage {scoring_stage(result.trace)}`")
     return result.hits
+
+
+def scoring_stage(trace: Any) -> str:
+    """The stage that made the final scores: the first that ran and output the result's scale.
+
+    ``fuse`` in hybrid mode, ``lexical`` or ``dense`` when one channel ran
+    (the fuse stage then passes it through); the last stage when no scale
+    is known.
+    """
+    stages = list(trace.stages)
+    final = trace.stage(stages[-1]).scale
+    for name in stages:
+        if final is not None and trace.event(name).status == "ran" and trace.stage(name).scale == final:
+            return name
+    return stages[-1]

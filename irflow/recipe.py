@@ -71,8 +71,8 @@ from typing import Any
 
 import attrs
 
-from irflow.errors import RecipeError
-from irflow.stage import non_negative_int, positive_int
+from irflow.errors import ParameterError, RecipeError
+from irflow.stage import closest, non_negative_int, positive_int
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -519,27 +519,43 @@ class Recipe:
     def resolve_params(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Recipe parameters for a run: defaults, then ``overrides``, then derived ones.
 
-        Unknown names and values outside ``[choices]`` raise RecipeError.
+        A bad override raises :class:`~irflow.errors.ParameterError` (a
+        RecipeError) naming the caller's argument, not the recipe file: an
+        unknown name (with the recipe's parameters and the closest one), a
+        value outside ``[choices]``, or a value a stage or derived rule
+        reading it refuses (with what it takes and a value that works).
         """
+        from irflow.validate import run_argument_problems
+
         overrides = dict(overrides or {})
-        unknown = [name for name in overrides if name not in self.params and name not in self.derived]
-        if unknown:
-            problems = []
-            for name in unknown:
-                hint = _did_you_mean(name, list(self.params) + list(self.derived))
-                problems.append(f"{self.source}: unknown recipe parameter {name!r}{hint}; the parameters of "
-                                f"recipe {self.name!r} are: {_listing(list(self.params) + list(self.derived))}")
-            raise RecipeError(problems, source=self.source)
+        names = list(dict.fromkeys([*self.params, *self.derived]))
+        bad: list[tuple[Any, ...]] = []
+        for name, value in overrides.items():
+            if name not in names:
+                match = closest(str(name), names)
+                bad.append((name, value, f"recipe {self.name!r} has no parameter {name!r}; its parameters are "
+                                         f"{_listing(names)}", None if match is None else (match, value, "did you mean")))
+        if bad:
+            raise ParameterError(self.name, bad, source=self.source)
         values = {**dict(self.params), **overrides}
         problems = []
         for name, allowed in self.choices.items():
             value = values.get(name)
             if value is not None and not _among(value, allowed):
-                hint = _did_you_mean(value, [str(a) for a in allowed]) if isinstance(value, str) else ""
-                problems.append(f"{self.source}: parameter {name!r} = {value!r} is not one of "
-                                f"{', '.join(map(repr, allowed))}{hint}")
+                if name in overrides:
+                    match = closest(str(value), [str(a) for a in allowed]) if isinstance(value, str) else None
+                    bad.append((name, value, f"must be one of {', '.join(map(repr, allowed))}",
+                                (name, match, "did you mean") if match is not None else (name, allowed[0], "e.g.")))
+                else:
+                    problems.append(f"{self.source}: parameter {name!r} = {value!r} is not one of "
+                                    f"{', '.join(map(repr, allowed))}{_did_you_mean(value, [str(a) for a in allowed]) if isinstance(value, str) else ''}")
+        if bad:
+            raise ParameterError(self.name, bad, source=self.source)
         if problems:
             raise RecipeError(problems, source=self.source)
+        bad = run_argument_problems(self, overrides)
+        if bad:
+            raise ParameterError(self.name, bad, source=self.source)
         # derived parameters read the values as given (never each other's results), so the
         # order of the [derived] tables cannot matter
         given = dict(values)

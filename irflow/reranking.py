@@ -37,6 +37,7 @@ import attrs
 import numpy as np
 
 from irflow.errors import IrflowError
+from irflow.extras import install_hint
 
 __all__ = [
     "Segment",
@@ -56,8 +57,6 @@ Segment = Mapping[str, Any]
 
 #: The cross-encoder :func:`cross_encoder_reranker` loads when given no model name.
 DEFAULT_CROSS_ENCODER = "cross-encoder/ms-marco-MiniLM-L-6-v2"
-
-_INSTALL_HINT = "pip install 'irflow[st]'"
 
 
 class RerankError(IrflowError, ValueError):
@@ -291,7 +290,7 @@ def cross_encoder_reranker(
     sentence-transformers choose; *predict_kwargs* go to ``CrossEncoder.predict``.
 
     Raises :class:`RerankerUnavailable` (an ``ImportError``) naming
-    ``pip install 'irflow[st]'`` when sentence-transformers is missing.
+    the install command (:func:`irflow.extras.install_hint`) when sentence-transformers is missing.
 
     Example (downloads a model on first use)::
 
@@ -307,7 +306,7 @@ def cross_encoder_reranker(
     except ImportError as exc:
         raise RerankerUnavailable(
             f"cross_encoder_reranker needs sentence-transformers, which could not be imported ({exc}); "
-            f"install it with: {_INSTALL_HINT}"
+            f"install it with: {install_hint('st')}"
         ) from exc
     model = CrossEncoder(model_name, device=device)
     return CrossEncoderReranker(model_name, model, device, batch_size, predict_kwargs)

@@ -137,6 +137,12 @@ def search(
     rewrites the query first: several texts run one sub-search each
     (``per_artifact=False``) and their union collapses.
 
+    An empty or whitespace-only ``query`` returns ``[]`` in every mode: it
+    has no terms for BM25 and no direction for dense search (otherwise every
+    record would tie at one arbitrary score).  A query whose words are all
+    stopwords finds nothing lexically; dense search still ranks by its
+    embedding.
+
     Raises :class:`SearchError` (a ValueError) for an unknown ``mode`` or
     ``fusion`` — ``fusion`` is checked in every mode —, ``WeightError`` (a
     ValueError) for weights that are not finite and non-negative, and a

@@ -157,6 +157,15 @@ class Stage:
         """The stage's parameters (every field, defaults included), shallow."""
         return {f.name: getattr(self, f.name) for f in attrs.fields(type(self))}
 
+    def unused_params(self, inputs: Mapping[str, tuple[str, ...]]) -> frozenset[str]:
+        """Parameters that cannot change this stage's output, given the others and its active inputs.
+
+        ``inputs`` maps each port to the upstream stages that are active in
+        this run.  A sweep uses it to evaluate once the settings that cannot
+        differ (``rrf_k`` under a blend fusion).  Default: every parameter counts.
+        """
+        return frozenset()
+
 
 # --------------------------------------------------------------------------
 # parameters
@@ -365,16 +374,23 @@ def _source_subpackage(name: str) -> ModuleType:
     init = folder / "__init__.py"
     if not init.exists():
         raise ModuleNotFoundError(f"cannot find {dotted}: not installed and no {init}", name=dotted)
-    spec = importlib.util.spec_from_file_location(dotted, init, submodule_search_locations=[str(folder)])
-    assert spec is not None and spec.loader is not None  # spec_from_file_location on a .py file
+    module = module_from_file(dotted, init, search_locations=[str(folder)])
+    setattr(irflow, name, module)
+    return module
+
+
+def module_from_file(name: str, path: Path, *, search_locations: list[str] | None = None) -> ModuleType:
+    """Import the Python file ``path`` as module ``name`` (in ``sys.modules`` unless it fails)."""
+    spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=search_locations)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path} is not a Python module")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[dotted] = module
+    sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
     except BaseException:
-        sys.modules.pop(dotted, None)
+        sys.modules.pop(name, None)
         raise
-    setattr(irflow, name, module)
     return module
 
 

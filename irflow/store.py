@@ -42,7 +42,7 @@ def _to_record(item: Any, position: int) -> Record:
     raise CorpusError(f"record #{position} is a {type(item).__name__}; pass irflow.Record objects or dicts with the same keys")
 
 
-def prepare_records(records: Iterable[Any]) -> list[Record]:
+def prepare_records(records: Iterable[Any], *, duplicates: list[tuple[int, int, str]] | None = None) -> list[Record]:
     """Records with every ``surface_index`` and ``id`` filled, checked for duplicates.
 
     An omitted ``surface_index`` is the record's position among its
@@ -50,6 +50,9 @@ def prepare_records(records: Iterable[Any]) -> list[Record]:
     indices are kept.  Ids default to :meth:`Record.make_id`.  Two records of
     one artifact with the same index, or two records with the same id, are an
     error naming both positions — silently keeping one would lose a surface.
+    With a ``duplicates`` list, each later duplicate is left out and reported
+    there instead, as ``(position, first position, what is duplicated)``, so
+    a caller can report every one (``irflow index``).
     """
     prepared: list[Record] = []
     seen_per_artifact: dict[str, int] = {}
@@ -63,17 +66,24 @@ def prepare_records(records: Iterable[Any]) -> list[Record]:
             # evolve keeps an explicit id; Record fills a missing one from the index.
             record = attrs.evolve(record, surface_index=ordinal)
         key = (record.artifact_id, record.surface_index)
+        record_id = str(record.id)  # Record fills it once surface_index is known
+        if key in index_owner and duplicates is not None:
+            duplicates.append((position, index_owner[key], f"surface_index {record.surface_index} of artifact "
+                                                            f"{record.artifact_id!r} again"))
+            continue
         if key in index_owner:
             raise CorpusError(
                 f"records #{index_owner[key]} and #{position} are both surface_index {record.surface_index} of "
                 f"artifact {record.artifact_id!r}; give each surface of an artifact its own index (or omit them all)"
             )
-        index_owner[key] = position
-        record_id = str(record.id)  # Record fills it once surface_index is known
+        if record_id in id_owner and duplicates is not None:
+            duplicates.append((position, id_owner[record_id], f"record id {record_id!r} again"))
+            continue
         if record_id in id_owner:
             raise CorpusError(
                 f"records #{id_owner[record_id]} and #{position} have the same id {record_id!r}; record ids must be unique"
             )
+        index_owner[key] = position
         id_owner[record_id] = position
         prepared.append(record)
     return prepared

@@ -18,9 +18,12 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
+from irflow.errors import IrflowError
 from irflow.metrics import EvaluationError
 
-__all__ = ["expand_sweep", "setting_label", "format_param"]
+__all__ = ["expand_sweep", "setting_label", "format_param", "run_signature"]
 
 
 def _values(name: str, values: Any) -> tuple[Any, ...]:
@@ -76,3 +79,66 @@ def setting_label(base: str, setting: Mapping[str, Any]) -> str:
     if not setting:
         return base
     return f"{base}[{','.join(f'{k}={format_param(v)}' for k, v in setting.items())}]"
+
+
+def _typed(value: Any) -> Any:
+    """A hashable, type-exact form of a parameter value (``True``, ``1`` and ``1.0`` stay distinct)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return (type(value).__name__, value)
+    if isinstance(value, Mapping):
+        return ("map", tuple(sorted((str(k), _typed(v)) for k, v in value.items())))
+    if isinstance(value, (list, tuple)):
+        return ("seq", tuple(_typed(v) for v in value))
+    if isinstance(value, np.ndarray):
+        return ("array", str(value.dtype), value.shape, value.tobytes())
+    if isinstance(value, np.generic):
+        return _typed(value.item())
+    return ("object", id(value))  # a callable or other object: only itself is itself
+
+
+def _when_matches(value: Any, allowed: Sequence[Any]) -> bool:
+    return any(value == a and isinstance(value, bool) == isinstance(a, bool) for a in allowed)
+
+
+def run_signature(recipe: Any, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """What a run of ``recipe`` with ``params`` computes, as a comparable value.
+
+    Per stage that can be active (its ``when`` holds and its required inputs
+    are active, as the executor decides): its name, kind, active inputs and
+    the parameters that can change its output (:meth:`irflow.stage.Stage.unused_params`
+    leaves out, e.g., ``rrf_k`` under a blend fusion, or every fusion
+    parameter when one channel is off).  Two settings with equal signatures
+    give identical results, so a sweep evaluates them once.  None when the
+    parameters are invalid (the run itself will say why).
+    """
+    try:
+        pipeline = recipe.pipeline()
+        values = recipe.resolve_params(params)
+        needed = pipeline.needed(recipe.output)
+        instances = pipeline.instances(values, needed)
+    except (IrflowError, ValueError, TypeError, KeyError):
+        return None
+    active: dict[str, bool] = {}
+    parts: list[tuple[Any, ...]] = []
+    for name in needed:
+        cls = pipeline.classes[name]
+        bound = pipeline.bindings[name]
+        on = all(_when_matches(values.get(param), allowed) for param, allowed in recipe.stages[name].when.items())
+        live: dict[str, tuple[str, ...]] = {}
+        for port in cls.inputs:
+            sources = tuple(bound.get(port.name) or ())
+            if not sources:
+                continue
+            live[port.name] = tuple(s for s in sources if active.get(s, True))  # the query node is always on
+            if port.variadic and len(live[port.name]) < port.minimum:
+                on = False
+            if not port.variadic and not live[port.name] and port.required:
+                on = False
+        active[name] = on
+        if not on:
+            continue
+        stage = instances[name]
+        unused = stage.unused_params(live)
+        kept = tuple(sorted((k, _typed(v)) for k, v in stage.params().items() if k not in unused))
+        parts.append((name, cls.kind, tuple(sorted(live.items())), kept))
+    return tuple(parts)

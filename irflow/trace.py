@@ -674,10 +674,13 @@ class Change:
 
 @attrs.frozen
 class Diff:
-    """What entered, left and moved between two rankings of one query; records identified by record id.
+    """What entered, left, moved and was rescored between two rankings of one query (by record id).
 
-    ``entered`` is ordered by new rank, ``left`` by old rank, ``moved`` and
-    ``unchanged`` by new rank.
+    ``entered`` is ordered by new rank, ``left`` by old rank; ``moved``
+    (another rank), ``rescored`` (same rank, another score) and
+    ``unchanged`` (same rank and score) by new rank.  ``before_scale`` and
+    ``after_scale`` name the score scales (``rrf``, ``blend``, ...): when
+    they differ, the scores are different quantities and only ranks compare.
     """
 
     before: str
@@ -688,33 +691,57 @@ class Diff:
     left: tuple[Change, ...]
     moved: tuple[Change, ...]
     unchanged: tuple[Change, ...]
+    rescored: tuple[Change, ...] = ()
+    before_scale: str | None = None
+    after_scale: str | None = None
+
+    @property
+    def same_scale(self) -> bool:
+        return self.before_scale == self.after_scale
 
     def to_dict(self) -> dict[str, Any]:
         return {"before": self.before, "after": self.after, "query": self.query, "query_index": self.query_index,
+                "before_scale": self.before_scale, "after_scale": self.after_scale,
                 "entered": [c.to_dict() for c in self.entered], "left": [c.to_dict() for c in self.left],
-                "moved": [c.to_dict() for c in self.moved], "unchanged": [c.to_dict() for c in self.unchanged]}
+                "moved": [c.to_dict() for c in self.moved], "rescored": [c.to_dict() for c in self.rescored],
+                "unchanged": [c.to_dict() for c in self.unchanged]}
 
     def table(self, limit: int | None = None) -> str:
-        """The diff as plain text: a count line, then one table per non-empty section."""
+        """The diff as plain text: count and scale lines, then one table per non-empty section."""
         lines = [f"diff {self.before} -> {self.after} — query {self.query_index}: {self.query!r}",
                  f"{len(self.entered)} entered, {len(self.left)} left, {len(self.moved)} moved, "
-                 f"{len(self.unchanged)} unchanged"]
-        sections = (("entered", self.entered), ("left", self.left), ("moved", self.moved))
+                 f"{len(self.rescored)} rescored (same rank, new score), {len(self.unchanged)} unchanged"]
+        if self.same_scale:
+            lines.append(f"scale: {self.before_scale or '-'} on both sides")
+        else:
+            lines.append(f"scale: {self.before_scale or '-'} -> {self.after_scale or '-'} (different scales: the "
+                         "scores are different quantities; compare ranks, not score values)")
+        sections = (("entered", self.entered), ("left", self.left), ("moved", self.moved),
+                    ("rescored", self.rescored))
+        delta = self.same_scale
         for title, changes in sections:
             if not changes:
                 continue
             shown = changes if limit is None else changes[:limit]
-            rows = [[c.old_rank, c.new_rank, c.moved_by if title == "moved" else None, c.old_score, c.new_score,
-                     c.artifact_id, c.surface_kind, c.record_id] for c in shown]
-            lines.extend(["", f"{title}:", render_table(
-                ["old rank", "new rank", "moved", "old score", "new score", "artifact", "surface", "record_id"],
-                rows, max_width=32, indent="  ")])
+            both = title in ("moved", "rescored")
+            rows = [[c.old_rank, c.new_rank, c.moved_by if title == "moved" else None, c.old_score, c.new_score]
+                    + ([_score_change(c) if both else None] if delta else [])
+                    + [c.artifact_id, c.surface_kind, c.record_id] for c in shown]
+            headers = (["old rank", "new rank", "moved", "old score", "new score"]
+                       + (["score change"] if delta else []) + ["artifact", "surface", "record_id"])
+            lines.extend(["", f"{title}:", render_table(headers, rows, max_width=32, indent="  ")])
             if len(shown) < len(changes):
                 lines.append(f"  ... {len(changes) - len(shown)} more")
         return "\n".join(lines)
 
     def __str__(self) -> str:
         return self.table()
+
+
+def _score_change(change: Change) -> float | None:
+    if change.old_score is None or change.new_score is None:
+        return None
+    return float(change.new_score) - float(change.old_score)
 
 
 def _by_record(ranking: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
@@ -761,7 +788,12 @@ def diff(a: "StageView | Trace", b: "StageView | Trace", *, stage: str | None = 
     left = [change(o, None) for rid, o in old.items() if rid not in new]
     both = [change(old[rid], n) for rid, n in new.items() if rid in old]
     moved = [c for c in both if c.old_rank != c.new_rank]
-    unchanged = [c for c in both if c.old_rank == c.new_rank]
+    rescored = [c for c in both if c.old_rank == c.new_rank and c.old_score != c.new_score]
+    unchanged = [c for c in both if c.old_rank == c.new_rank and c.old_score == c.new_score]
+
+    def by_new(changes: list[Change]) -> tuple[Change, ...]:
+        return tuple(sorted(changes, key=lambda c: c.new_rank))
+
     return Diff(before.label, after.label, before.trace.queries.originals[query] if before.trace.queries else None,
-                query, tuple(sorted(entered, key=lambda c: c.new_rank)), tuple(sorted(left, key=lambda c: c.old_rank)),
-                tuple(sorted(moved, key=lambda c: c.new_rank)), tuple(sorted(unchanged, key=lambda c: c.new_rank)))
+                query, by_new(entered), tuple(sorted(left, key=lambda c: c.old_rank)), by_new(moved),
+                by_new(unchanged), by_new(rescored), before.scale, after.scale)

@@ -51,7 +51,7 @@ from irflow.stage import Stage, Upstream, get_stage_class, stage_kinds, stage_pa
 if TYPE_CHECKING:
     from irflow.pipeline import Pipeline
 
-__all__ = ["Analysis", "analyze", "validate_recipe", "resolved_instances", "instantiate"]
+__all__ = ["Analysis", "analyze", "validate_recipe", "resolved_instances", "instantiate", "run_argument_problems"]
 
 _MAX_CYCLES = 5
 
@@ -116,19 +116,11 @@ def instantiate(cls: type[Stage], values: Mapping[str, Any], via: Mapping[str, s
     fields = {f.name: f for f in attrs.fields(cls) if f.init}
     problems: list[str] = []
     for key, value in values.items():
-        field = fields[key]
         where = f" (from recipe parameter ${via[key]})" if key in via else ""
-        try:
-            converted = value
-            if field.converter is not None and not isinstance(field.converter, attrs.Converter):
-                converted = field.converter(value)
-            if field.validator is not None:
-                field.validator(None, field, converted)
-        except (TypeError, ValueError) as error:
-            problems.append(f"{label}: parameter {key} = {value!r}{where}: {_phrase(error)}; "
+        phrase = _field_problem(fields[key], value)
+        if phrase is not None:
+            problems.append(f"{label}: parameter {key} = {value!r}{where}: {phrase}; "
                             f"valid: {infos[key].describe()}{_doc(infos[key].doc)}")
-        except Exception:  # a validator that needs the instance: leave it to the constructor below
-            pass
     for key, info in infos.items():
         if info.required and key not in values:
             problems.append(f"{label}: missing required parameter {key} ({info.describe()}{_doc(info.doc)}); "
@@ -139,6 +131,90 @@ def instantiate(cls: type[Stage], values: Mapping[str, Any], via: Mapping[str, s
         return cls(**values), []
     except (TypeError, ValueError) as error:
         return None, [f"{label}: invalid parameters {dict(values)!r}: {error}"]
+
+
+def _field_problem(field: "attrs.Attribute", value: Any) -> str | None:
+    """What is wrong with ``value`` for one attrs field (its converter and validator alone), or None."""
+    try:
+        converted = value
+        if field.converter is not None and not isinstance(field.converter, attrs.Converter):
+            converted = field.converter(value)
+        if field.validator is not None:
+            field.validator(None, field, converted)
+    except (TypeError, ValueError) as error:
+        return _phrase(error)
+    except Exception:  # a validator that needs the instance: left to the constructor
+        return None
+    return None
+
+
+def _readers(recipe: Recipe) -> dict[str, list[tuple[str, "attrs.Attribute", Any]]]:
+    """Per recipe parameter, who reads it: (who, attrs field, ParamInfo or None); built once per recipe."""
+    cached = recipe._cache.get("readers")
+    if cached is not None:
+        return cached
+    found: dict[str, list[tuple[str, attrs.Attribute, Any]]] = {}
+    for stage_name, spec in recipe.stages.items():
+        cls = get_stage_class(spec.kind)
+        if cls is None:
+            continue
+        fields, infos = attrs.fields_dict(cls), stage_params(cls)
+        for key, raw in spec.params.items():
+            name = param_ref(raw)
+            if name is not None and key in fields and fields[key].init:
+                found.setdefault(name, []).append((f"stage {stage_name}", fields[key], infos.get(key)))
+    for derived_name, spec in recipe.derived.items():
+        cls = DERIVED_RULES.get(spec.rule)
+        if cls is None:
+            continue
+        fields = attrs.fields_dict(cls)
+        for key, raw in spec.args.items():
+            name = None if isinstance(raw, tuple) else param_ref(raw)
+            if name is not None and key in fields:
+                found.setdefault(name, []).append((f"derived {derived_name}", fields[key], None))
+    recipe._cache["readers"] = found
+    return found
+
+
+def run_argument_problems(recipe: Recipe, given: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """The caller's run arguments that a stage or derived rule reading them refuses.
+
+    One entry per bad argument, ``(name, value, reason, fix)`` as
+    :class:`~irflow.errors.ParameterError` takes it: the reason says what
+    is wrong (each distinct complaint once), who reads the value and what
+    it takes; the fix is the recipe's default when that one is accepted.
+    ``None`` values are skipped (a stage's own default applies).  Each value
+    goes through the readers' own converters and validators only, so a
+    valid call pays a few attribute checks.
+    """
+    readers = _readers(recipe)
+    out: list[tuple[Any, ...]] = []
+    for name, value in given.items():
+        uses = readers.get(name)
+        if value is None or not uses:
+            continue
+        default = recipe.params.get(name)
+        if type(value) is type(default) and isinstance(value, (str, int, float)) and value == default:
+            continue  # the recipe's own default, checked when the recipe was validated (search() passes them all)
+        complaints: dict[str, list[str]] = {}
+        valid = ""
+        for who, field, info in uses:
+            phrase = _field_problem(field, thaw(value))
+            if phrase is None:
+                continue
+            complaints.setdefault(phrase, [])
+            if who not in complaints[phrase]:
+                complaints[phrase].append(who)
+            if not valid and info is not None and info.doc:  # the first documented reader says what it takes
+                valid = f"; valid: {info.type} — {info.doc}"
+        if not complaints:
+            continue
+        reason = "; ".join(f"{phrase} (read by {', '.join(whos)})" for phrase, whos in complaints.items())
+        fix = None
+        if default is not None and all(_field_problem(field, thaw(default)) is None for _, field, _ in uses):
+            fix = (name, thaw(default), "e.g.")
+        out.append((name, value, reason + valid, fix))
+    return out
 
 
 def _phrase(error: Exception) -> str:
@@ -252,7 +328,8 @@ def analyze(recipe: Recipe) -> Analysis:
         if cls is None and kind:
             problems.append(f"{src}: stage {name!r}: unknown kind {kind!r}{_did(kind, stage_kinds())}; known "
                             f"kinds: {_listing(stage_kinds())} (third-party kinds register with "
-                            "irflow.register_stage or the entry-point group \"irflow.stages\")")
+                            "irflow.register_stage or the entry-point group \"irflow.stages\"; on the command "
+                            "line, --plugin MODULE imports the module that registers them)")
         # when
         for key, allowed in spec.when.items():
             if key not in param_names:

@@ -1,6 +1,7 @@
 """dense: exact cosine over the candidates, top ``fetch_k`` per query.
 
-Each distinct query text is embedded once (``corpus.embed_queries``) and the
+An empty or whitespace-only query text finds nothing (as in BM25, where it
+has no terms).  Each distinct query text is embedded once (``corpus.embed_queries``) and the
 whole batch is scored in one matrix product (``corpus.dense_topk``: it
 gathers the candidate rows when the mask is selective, masks afterwards when
 it is not).  Output scale: cosine; provenance ``<stage>.score`` and
@@ -51,7 +52,14 @@ class Dense(Stage):
         if len(query) == 0 or not mask.any():
             return empty_channel(query, Scale.COSINE, ctx.name)
         texts, inverse = unique_texts(query.texts)
+        # an empty (whitespace-only) text has no direction: it finds nothing, as it does in BM25,
+        # instead of every row tied at an arbitrary score (a loop over distinct texts, not candidates)
+        blank = np.fromiter((not text.strip() for text in texts), dtype=bool, count=len(texts))
+        if blank.all():
+            return empty_channel(query, Scale.COSINE, ctx.name)
         vectors = ctx.corpus.embed_queries(texts)
         topk = ctx.corpus.dense_topk(vectors, mask, fetch_depth(query, self.fetch_k, self.subquery_fetch_k))
         found = channel(query, *spread(topk, inverse), Scale.COSINE, ctx.name)
+        if blank.any():
+            found = found.select(~blank[inverse][found.query_index])
         return cut_per_text(found, self.fetch_k, self.subquery_fetch_k)

@@ -130,6 +130,11 @@ class Fuse(Stage):
                                 "to fuse rankings on any scales")
         return problems
 
+    def unused_params(self, inputs: Mapping[str, tuple[str, ...]]) -> frozenset[str]:
+        if len(inputs.get("inputs", ())) <= 1:  # one active input passes through: nothing is fused
+            return frozenset({"method", "rrf_k", "alpha", "bm25_sat_k", "weights"})
+        return frozenset({"alpha", "bm25_sat_k"} if self.method == "rrf" else {"rrf_k", "weights"})
+
     # -- run time ---------------------------------------------------------------
 
     def run(self, ctx: StageContext, inputs: Mapping[str, Candidates]) -> Candidates:

@@ -33,6 +33,7 @@ import numpy as np
 from irflow import registry
 from irflow.batches import Candidates, Scale
 from irflow.errors import NoLedgerEntry, RerankerUnavailableWarning
+from irflow.extras import install_hint
 from irflow.ports import CANDIDATES, Port
 from irflow.reranking import DEFAULT_CROSS_ENCODER, cross_encoder_reranker, score_segments
 from irflow.stage import Stage, StageContext, Upstream, param, positive_int, register_stage
@@ -80,7 +81,7 @@ def resolve_reranker(spec: Any) -> Any:
         except ImportError as error:
             warnings.warn(RerankerUnavailableWarning(
                 f"rerank={spec!r} needs the optional sentence-transformers extra ({error}); keeping the "
-                "first-stage ranking. Install it with: pip install 'irflow[st]'"), stacklevel=2)
+                f"first-stage ranking. Install it with: {install_hint('st')}"), stacklevel=2)
             built = None
         _BUILT[spec] = built
         return built

@@ -289,9 +289,9 @@ def test_normalize_rows() -> None:
 
 def test_missing_sentence_transformers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # makes the import fail
-    with pytest.raises(EmbedderError, match=r"pip install 'irflow\[st\]'"):
+    with pytest.raises(EmbedderError, match=r"pip install -e '\.\[st\]'"):  # the hint for a source checkout
         resolve_embedder("st:all-MiniLM-L6-v2")
-    with pytest.raises(EmbedderError, match=r"pip install 'irflow\[st\]'"):
+    with pytest.raises(EmbedderError, match=r"pip install -e '\.\[st\]'"):  # the hint for a source checkout
         SentenceTransformerEmbedder("some-model").load()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from engine_fakes import (
     fake_corpus,
 )
 from irflow.batches import Candidates, QueryBatch, Scale
-from irflow.errors import IrflowError, RecipeError, StageError
+from irflow.errors import IrflowError, ParameterError, RecipeError, StageError
 from irflow.executor import INACTIVE, StageCache, StageEvent, TraceRecorder, is_inactive
 from irflow.records import SearchHit
 from irflow.recipe import Recipe, load_recipe
@@ -110,29 +111,48 @@ def test_run_time_parameters_override_defaults(corpus, hybrid):
 
 
 def test_unknown_run_time_parameter_lists_the_recipes_parameters(corpus, hybrid):
-    with pytest.raises(RecipeError) as info:
+    with pytest.raises(ParameterError) as info:
         hybrid.run(corpus, "q", kk=3)
-    message = info.value.problems[0]
-    assert "recipes/hybrid.toml: unknown recipe parameter 'kk' (did you mean 'k'?)" in message
-    assert "k, fusion, rrf_k, alpha, bm25_sat_k, per_artifact" in message
+    message = str(info.value)
+    # the caller's argument is blamed, not the recipe file; each parameter listed once
+    assert message.startswith("bad run argument for recipe 'hybrid': kk=3: recipe 'hybrid' has no parameter 'kk'")
+    assert "recipes/hybrid.toml" not in message and "invalid recipe" not in message
+    assert message.endswith("its parameters are k, fusion, rrf_k, alpha, bm25_sat_k, per_artifact, filter, "
+                            "surfaces, bm25, fetch_k; did you mean k=3?")
+    assert isinstance(info.value, RecipeError) and info.value.arguments[0][:2] == ("kk", 3)
 
 
-def test_ill_typed_run_time_parameter_names_stage_and_parameter(corpus, hybrid):
-    with pytest.raises(RecipeError) as info:
+def test_ill_typed_run_time_parameter_names_the_argument(corpus, hybrid):
+    with pytest.raises(ParameterError) as info:
         hybrid.run(corpus, "q", per_artifact="yes", rrf_k=-1)
     found = info.value.problems
-    assert any("stage 'collapse' (collapse): parameter per_artifact = 'yes' (from recipe parameter $per_artifact)"
-               ": must be true or false" in p for p in found), found
-    assert any("stage 'fuse' (fuse): parameter rrf_k = -1 (from recipe parameter $rrf_k): must be a finite "
-               "number >= 0" in p for p in found), found
-    with pytest.raises(RecipeError, match=r"derived parameter 'fetch_k' \(rule 'over_fetch'\): argument k = 'ten' "
-                                          r"\(from recipe parameter \$k\): must be a positive integer"):
+    assert found == ("per_artifact='yes': must be true or false, got 'yes' (str) (read by stage collapse); valid: "
+                     "bool — true: best surface per artifact; false: each record once; e.g. per_artifact=True",
+                     "rrf_k=-1: must be a finite number >= 0, got -1 (int) (read by stage fuse); valid: float — RRF "
+                     "rank constant: weight/(rrf_k + rank); e.g. rrf_k=60")
+    # k is named, not the derived fetch_k that reads it too
+    with pytest.raises(ParameterError, match=r"^bad run argument for recipe 'hybrid': k='ten': must be a positive "
+                                             r"integer, got 'ten' \(str\) \(read by stage collapse, derived fetch_k\); "
+                                             r"valid: int — .*; e\.g\. k=10$"):
         hybrid.run(corpus, "q", k="ten")
+    with pytest.raises(ParameterError, match=r"^bad run argument for recipe 'hybrid': k=0: must be a positive integer"):
+        hybrid.run(corpus, "q", k=0)
+    with pytest.raises(ParameterError, match=r"filter='\{bad': must be a table .*read by stage candidates"):
+        hybrid.run(corpus, "q", filter="{bad")
     assert corpus.calls["mask"] == 0  # nothing ran
 
 
+def test_the_cli_writes_the_argument_as_the_user_did():
+    error = ParameterError("hybrid", [("k", 0, "must be a positive integer", ("k", 10, "e.g.")),
+                                      ("filter", {"a": 1}, "bad", None)])
+    label = lambda name, value: f"--set {name}={value if isinstance(value, str) else json.dumps(value)}"  # noqa: E731
+    assert error.render(label) == ["--set k=0: must be a positive integer; e.g. --set k=10", '--set filter={"a": 1}: bad']
+    assert str(error) == ("bad run arguments for recipe 'hybrid':\n  - k=0: must be a positive integer; e.g. k=10\n"
+                          "  - filter={'a': 1}: bad")
+
+
 def test_choices_are_enforced_at_run_time(corpus, hybrid):
-    with pytest.raises(ValueError, match=r"parameter 'fusion' = 'rff' is not one of 'rrf', 'blend' \(did you mean 'rrf'\?\)"):
+    with pytest.raises(ValueError, match=r"fusion='rff': must be one of 'rrf', 'blend'; did you mean fusion='rrf'\?"):
         hybrid.run(corpus, "q", fusion="rff")
 
 
@@ -217,7 +237,7 @@ def test_when_switches_stages_off_and_fuse_passes_the_other_through(corpus):
 
     hybrid = recipe.run(corpus, "python parser")
     assert hybrid.output("fuse").scale is Scale.RRF
-    with pytest.raises(RecipeError, match="'mode' = 'hybird' is not one of"):
+    with pytest.raises(RecipeError, match="mode='hybird': must be one of 'dense', 'lexical', 'hybrid'; did you mean mode='hybrid'"):
         recipe.run(corpus, "q", mode="hybird")
 
 

@@ -202,17 +202,19 @@ def test_sweep_settings_and_labels() -> None:
 
 
 def test_sweep_runs_first_stages_once_per_batch(tiny: Path) -> None:
-    sweep = {"rrf_k": [10, 30, 60], "alpha": [0.3, 0.5, 0.7]}
+    # a blend sweep: both parameters change the fusion (rrf_k with alpha would be merged, see test_eval_output)
+    sweep = {"bm25_sat_k": [4, 8, 16], "alpha": [0.3, 0.5, 0.7]}
     # 3 judged queries in batches of 2: two batches
-    ev = evaluate("hybrid", tiny, sweep=sweep, batch_size=2, metrics="ndcg@10,recall@100")
-    assert len(ev) == 9 and ev.labels[0] == "hybrid[rrf_k=10,alpha=0.3]"
+    ev = evaluate("hybrid", tiny, sweep=sweep, batch_size=2, metrics="ndcg@10,recall@100", params={"fusion": "blend"})
+    assert len(ev) == 9 and ev.labels[0] == "hybrid[bm25_sat_k=4,alpha=0.3]" and ev.merged == ()
     executions = ev.stage_cache.executions
     assert executions["dense"] == 2 and executions["lexical"] == 2  # once per batch, for all 9 settings
     assert executions["fuse"] == 18 and executions["collapse"] == 18  # once per setting and batch
     # reuse changes nothing: one setting evaluated alone gives the same run
-    alone = evaluate("hybrid", tiny, params={"rrf_k": 30, "alpha": 0.7}, metrics="ndcg@10,recall@100")
-    assert alone["hybrid"].run == ev["hybrid[rrf_k=30,alpha=0.7]"].run
-    assert alone["hybrid"].means == ev["hybrid[rrf_k=30,alpha=0.7]"].means
+    alone = evaluate("hybrid", tiny, params={"fusion": "blend", "bm25_sat_k": 8, "alpha": 0.7},
+                     metrics="ndcg@10,recall@100")
+    assert alone["hybrid"].run == ev["hybrid[bm25_sat_k=8,alpha=0.7]"].run
+    assert alone["hybrid"].means == ev["hybrid[bm25_sat_k=8,alpha=0.7]"].means
 
 
 def test_sweep_applies_to_the_recipes_that_have_the_parameter(tiny: Path) -> None:

@@ -53,3 +53,14 @@ def test_demo_command_with_filter_and_mode(tmp_path):
 def test_the_corpus_is_named_so_hits_carry_a_source():
     corpus = installed_corpus()
     assert corpus.name == "installed"
+
+
+def test_the_demo_suggests_a_stage_that_made_the_scores(tmp_path):
+    # issue 10: it said `--stage fuse` even in lexical mode, where fuse only passes BM25 through
+    for mode, stage in (("lexical", "lexical"), ("dense", "dense"), ("hybrid", "fuse")):
+        lines: list[str] = []
+        trace = tmp_path / f"{mode}.jsonl"
+        run_demo(["graph"], mode=mode, k=2, trace_path=trace, echo=lines.append)
+        assert lines[-1].endswith(f"or where the scores come from with `--stage {stage}`"), lines[-1]
+        shown = CliRunner().invoke(main, ["trace", "show", str(trace), "--stage", stage])
+        assert shown.exit_code == 0 and f"== {stage} ({stage})" in shown.output and "· ran ·" in shown.output

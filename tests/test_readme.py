@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,7 +43,7 @@ def _blocks(lang: str) -> list[str]:
 
 def test_readme_python_examples_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    blocks = _blocks("python")
+    blocks = [b for b in _blocks("python") if _file_name(b) is None]  # files run in test_readme_commands_run
     assert blocks
     for block in blocks:
         exec(compile(block, "README.md", "exec"), {"__name__": "readme"})
@@ -68,3 +75,140 @@ def test_readme_swap_example_is_a_valid_recipe():
         "dense", "lexical", inputs=["candidates"], fetch_k=ref("fetch_k"),
         bm25={"variant": "bm25plus", "k1": 1.2, "b": 0.5})
     assert recipe == in_python
+
+
+# -- every command README shows ---------------------------------------------------------------------------------
+
+DATA_IN_README = "../shared/data"
+
+
+def _data_dir() -> Path:
+    """../shared/data beside the repository (as README writes it), or $IRFLOW_DATA."""
+    return Path(os.environ.get("IRFLOW_DATA") or ROOT.parent / "shared" / "data")
+
+
+def _file_name(block: str) -> str | None:
+    """``score_floor.py`` for a block whose first line is ``# score_floor.py``: README shows a file."""
+    match = re.match(r"# (\S+\.(?:py|toml))\n", block)
+    return match.group(1) if match else None
+
+
+_PIECES = re.compile(r"```([\w-]*)[^\n]*\n(.*?)```|`([^`]+)`", flags=re.S)
+
+
+def _readme_commands() -> list[tuple[str, str]]:
+    """Every command README shows, in order: ("sh", line) from shell blocks after the two set-up blocks,
+    ("inline", text) from inline code that starts with a command."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    commands: list[tuple[str, str]] = []
+    shell_blocks = 0
+    for match in _PIECES.finditer(text):
+        lang, body, inline = match.groups()
+        if inline is not None:
+            flat = " ".join(inline.split())
+            if re.match(r"(irflow|python|bash) \S", flat):
+                commands.append(("inline", flat))
+            continue
+        if lang != "sh":
+            continue
+        shell_blocks += 1
+        if shell_blocks <= 2:
+            continue  # the two set-up commands: checked for their form above
+        for line in body.replace("\\\n", " ").splitlines():
+            if line.strip() and not line.strip().startswith("#"):
+                commands.append(("sh", " ".join(line.split())))
+    return commands
+
+
+def _write_readme_files(root: Path) -> None:
+    """The files README's commands read: records.jsonl, the stage, its test and recipe, my.toml (the swap)."""
+    for lang in ("python", "toml"):
+        for block in _blocks(lang):
+            name = _file_name(block)
+            if name is not None:
+                (root / name).write_text(block, encoding="utf-8")
+    (root / "records.jsonl").write_text(_blocks("jsonl")[0], encoding="utf-8")
+    hybrid_toml = _blocks("toml")[0]
+    start = hybrid_toml.index("[stages.dense]")
+    end = hybrid_toml.index("[stages.lexical]")
+    (root / "my.toml").write_text(hybrid_toml[:start] + _blocks("toml")[1] + "\n" + hybrid_toml[end:],
+                                  encoding="utf-8")
+
+
+@pytest.fixture()
+def readme_dir(tmp_path, monkeypatch):
+    """A fresh folder and $IRFLOW_HOME; the plugin README imports is forgotten afterwards."""
+    from irflow.stage import unregister_stage
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("IRFLOW_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    _write_readme_files(tmp_path)
+    yield tmp_path
+    sys.modules.pop("score_floor", None)
+    unregister_stage("score_floor")
+
+
+def _run_irflow(line: str) -> None:
+    from irflow.cli import main
+
+    args = shlex.split(line)[1:]
+    result = CliRunner().invoke(main, args)
+    assert "Traceback" not in result.output, (line, result.output)
+    assert result.exit_code == 0, (line, result.output, result.exception)
+
+
+def _check_benchmark_command(line: str) -> None:
+    """A benchmark command is checked for its form (the smoke tests run the scripts): its file and its parts."""
+    words = shlex.split(line)
+    script = ROOT / words[1]
+    assert script.is_file(), line
+    if script.name == "measure.sh":
+        parts = set(re.findall(r"^(\w+)\)", script.read_text(encoding="utf-8"), flags=re.M))
+        assert set(words[2:]) <= parts, (line, parts)
+
+
+def test_readme_commands_run(readme_dir):
+    commands = _readme_commands()
+    ran = []
+    for where, line in commands:
+        if DATA_IN_README in line:
+            continue  # test_readme_data_commands_run
+        first, _, rest = line.partition(" ")
+        if first == "irflow" and where == "inline" and " " not in rest and not rest.startswith("-"):
+            from irflow.cli import main
+
+            assert rest in main.commands, line  # a command named in prose, e.g. `irflow eval`
+            continue
+        if first == "irflow":
+            _run_irflow(line)
+        elif line.startswith("python -m irflow "):  # the module form, in a fresh interpreter
+            done = subprocess.run([sys.executable, *shlex.split(line)[1:]], cwd=readme_dir, capture_output=True,
+                                  text=True, timeout=300)
+            assert done.returncode == 0 and "Traceback" not in done.stderr, (line, done.stderr[-2000:])
+        elif line.startswith("python -m pytest"):
+            done = subprocess.run([sys.executable, *shlex.split(line)[1:], "-p", "no:cacheprovider"],
+                                  cwd=readme_dir, capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, (line, done.stdout[-2000:], done.stderr[-2000:])
+        elif line.startswith(("python benchmarks/", "bash benchmarks/")):
+            _check_benchmark_command(line)
+        else:
+            raise AssertionError(f"README shows a command this test does not know how to run: {line!r}")
+        ran.append(line)
+    # the walk-through really ran (index before run, traces before diff, the plugin's test and commands)
+    assert any(l.startswith("irflow index records.jsonl") for l in ran)
+    assert any("--plugin score_floor" in l for l in ran) and any("test_score_floor.py" in l for l in ran)
+    assert any(l.startswith("irflow demo ") for l in ran) and any(l.startswith("irflow trace diff") for l in ran)
+    assert "irflow -V" in ran and any(l.startswith("python -m irflow ") for l in ran)
+    assert not any("mode=hybrid" in l and l.startswith("irflow run hybrid") for l in ran)  # issue 10, item 11
+
+
+@pytest.mark.data
+def test_readme_data_commands_run(readme_dir):
+    data = _data_dir()
+    if not data.is_dir():
+        pytest.skip(f"{data} is absent")
+    lines = [line for _, line in _readme_commands() if DATA_IN_README in line]
+    assert lines
+    for line in lines:
+        _run_irflow(line.replace(DATA_IN_README, str(data)))

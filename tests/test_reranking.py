@@ -420,7 +420,8 @@ def test_missing_sentence_transformers_raises_import_error_naming_the_extra(monk
     with pytest.raises(ImportError) as info:
         cross_encoder_reranker()
     assert isinstance(info.value, RerankerUnavailable) and isinstance(info.value, IrflowError)
-    assert "pip install 'irflow[st]'" in str(info.value)
+    # the hint for this installation: a source checkout installs its own extra
+    assert "pip install -e '.[st]'" in str(info.value)
 
 
 def test_importing_the_module_does_not_import_sentence_transformers():

@@ -145,7 +145,8 @@ def test_a_missing_cross_encoder_extra_warns_once_and_keeps_the_first_stage_rank
             again = search(corpus, Q, rerank="cross-encoder", mode="hybrid")
         unavailable = [w for w in caught if issubclass(w.category, RerankerUnavailableWarning)]
         assert len(unavailable) == 1
-        assert "pip install 'irflow[st]'" in str(unavailable[0].message)
+        # the hint for this installation: a source checkout installs its own extra
+        assert "pip install -e '.[st]'" in str(unavailable[0].message)
         # the first-stage ranking, fetched as deep as a reranked search fetches
         assert first == again == search(corpus, Q, mode="hybrid", fetch_k=50)
     finally:

@@ -15,6 +15,7 @@ import pytest
 import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
 from irflow.batches import Candidates
 from irflow.corpus import build
+from irflow.errors import FilterError
 from irflow.recipe import load_recipe
 from irflow.retrieve import SearchError, dependency_evidence_boost, search
 from search_reference import (
@@ -64,7 +65,9 @@ def test_filter_and_surfaces_make_one_candidate_set_shared_by_both_channels(corp
 @pytest.mark.parametrize("mode", ["dense", "lexical", "hybrid"])
 def test_no_candidates_give_no_hits(corpus, mode):
     assert search(corpus, Q, mode=mode, filter={"owner": "nobody"}) == []
-    assert search(corpus, Q, mode=mode, surfaces=["no_such_kind"]) == []
+    assert search(corpus, Q, mode=mode, surfaces=["deps"], filter={"owner": "nobody"}) == []
+    with pytest.raises(FilterError, match="holds no surface kind 'no_such_kind'"):  # a typo is not "no candidates"
+        search(corpus, Q, mode=mode, surfaces=["no_such_kind"])
     assert search(corpus, Q, mode=mode, filter={"owner": "nobody"}, rerank=lambda q, s: [1.0] * len(s),
                   formulate=lambda q: [q, "graph"], dep_boost=lambda hit: 1.0, surface_weights={"name": 2}) == []
 
@@ -177,7 +180,7 @@ def test_weights_of_kinds_the_corpus_lacks_are_ignored(corpus):
 def test_weights_must_be_finite_and_non_negative(corpus, weights):
     with pytest.raises(ValueError, match="surface_weights"):
         search(corpus, Q, surface_weights=weights)
-    with pytest.raises(ValueError, match="stage 'weight'"):
+    with pytest.raises(ValueError, match=r"surface_weights=.*\(read by stage weight\)"):
         load_recipe("search").run(corpus, Q, surface_weights=weights)
 
 
@@ -345,7 +348,7 @@ def test_unknown_mode_or_fusion_lists_the_choices(corpus):
     for mode in ("dense", "lexical", "hybrid"):  # fusion is checked even where it is not used
         with pytest.raises(ValueError, match=r"unknown fusion 'rff'; valid fusions: rrf, blend"):
             search(corpus, Q, mode=mode, fusion="rff")
-    with pytest.raises(ValueError, match=r"'fusion' = 'rff' is not one of 'rrf', 'blend'"):
+    with pytest.raises(ValueError, match=r"fusion='rff': must be one of 'rrf', 'blend'; did you mean fusion='rrf'\?"):
         load_recipe("search").run(corpus, Q, fusion="rff")
 
 

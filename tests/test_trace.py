@@ -251,7 +251,9 @@ def test_diff_of_two_stages_by_hand(corpus, hybrid):
     assert d.left == ()
     assert [(c.record_id, c.old_rank, c.new_rank, c.moved_by) for c in d.moved] == [
         (ids[4], 3, 2, 1), (ids[2], 2, 3, -1)]
-    assert [(c.record_id, c.old_rank, c.new_rank) for c in d.unchanged] == [(ids[0], 1, 1)]
+    # row 0 keeps rank 1 but its score changed (0.9 cosine -> rrf): rescored, not unchanged
+    assert [(c.record_id, c.old_rank, c.new_rank) for c in d.rescored] == [(ids[0], 1, 1)] and d.unchanged == ()
+    assert (d.before_scale, d.after_scale, d.same_scale) == ("cosine", "rrf", False)
     assert d.moved[0].new_score == pytest.approx(1 / 61 + 1 / 63) and d.moved[0].old_score == pytest.approx(0.5)
     d = trace.diff("lexical", "fuse")
     assert [(c.record_id, c.new_rank) for c in d.entered] == [(ids[2], 3)]
@@ -260,9 +262,37 @@ def test_diff_of_two_stages_by_hand(corpus, hybrid):
     d = trace.diff("fuse", "dense")  # the other way round: what fuse had and dense did not
     assert [(c.record_id, c.old_rank) for c in d.left] == [(ids[6], 4)]
     text = d.table()
-    assert "0 entered, 1 left, 2 moved, 1 unchanged" in text and ids[6] in text
+    assert "0 entered, 1 left, 2 moved, 1 rescored (same rank, new score), 0 unchanged" in text and ids[6] in text
+    assert "scale: rrf -> cosine (different scales" in text
     assert d.to_dict()["left"][0]["record_id"] == ids[6]
     json.dumps(d.to_dict(), allow_nan=False)
+
+
+def test_diff_shows_score_and_scale_changes_when_no_rank_moves(corpus, hybrid):
+    # the same two channels fused by RRF and by blend (issue 10: "0 moved, 8 unchanged" hid every change)
+    batch = QueryBatch.of(["anything"])
+    channels = {"dense": _channel(batch, [0, 2, 4], "cosine"), "lexical": _channel(batch, [0, 2, 4], "bm25")}
+    rrf = hybrid.run(corpus, "anything", trace=True, per_artifact=False, overrides=channels).trace
+    blend = hybrid.run(corpus, "anything", trace=True, per_artifact=False, overrides=channels, fusion="blend").trace
+    d = diff(rrf, blend, stage="fuse")
+    assert d.moved == () and d.unchanged == () and len(d.rescored) == 3
+    ids = corpus.record_ids
+    expected_rrf = [2 / 61, 2 / 62, 2 / 63]
+    expected_blend = [0.5 * s + 0.5 * s / (s + 8.0) for s in np.linspace(0.9, 0.5, 3)]
+    assert [c.record_id for c in d.rescored] == [ids[0], ids[2], ids[4]]
+    assert [c.old_score for c in d.rescored] == pytest.approx(expected_rrf)
+    assert [c.new_score for c in d.rescored] == pytest.approx(expected_blend)
+    text = d.table()
+    assert "0 entered, 0 left, 0 moved, 3 rescored (same rank, new score), 0 unchanged" in text
+    assert "scale: rrf -> blend (different scales" in text and "score change" not in text
+    assert d.to_dict()["rescored"][0]["new_score"] == pytest.approx(expected_blend[0])
+    assert (d.to_dict()["before_scale"], d.to_dict()["after_scale"]) == ("rrf", "blend")
+    # same scale, other setting: the score change is shown
+    other = hybrid.run(corpus, "anything", trace=True, per_artifact=False, overrides=channels, rrf_k=10).trace
+    d = diff(rrf, other, stage="fuse")
+    assert [c.new_score - c.old_score for c in d.rescored] == pytest.approx([2 / 11 - 2 / 61, 2 / 12 - 2 / 62,
+                                                                           2 / 13 - 2 / 63])
+    assert "scale: rrf on both sides" in d.table() and "score change" in d.table()
 
 
 def test_diff_of_one_stage_across_two_traces(corpus, hybrid, tmp_path):
@@ -271,7 +301,8 @@ def test_diff_of_one_stage_across_two_traces(corpus, hybrid, tmp_path):
     d = diff(small, large, stage="collapse")
     ranking = large.stage("collapse").ranking(0)
     assert [c.record_id for c in d.entered] == [c["record_id"] for c in ranking[3:]]
-    assert d.left == () and d.moved == () and len(d.unchanged) == 3
+    assert d.left == () and d.moved == () and d.rescored == () and len(d.unchanged) == 3
+    assert "scale: rrf on both sides" in d.table()
     assert d.before == "hybrid:collapse" and d.after == "k5.jsonl:collapse"
     with pytest.raises(TraceError, match="needs stage=NAME"):
         diff(small, large)
