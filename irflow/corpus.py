@@ -25,6 +25,7 @@ import numpy as np
 
 from irflow import bm25 as _bm25
 from irflow import dense as _dense
+from irflow.cachekey import UnkeyableError, cache_key
 from irflow.columns import MetadataColumns
 from irflow.embedders import Embedder, check_dimension, normalize_rows, resolve_embedder
 from irflow.errors import CorpusError, EmbedderError
@@ -50,12 +51,12 @@ def _readonly(array: np.ndarray) -> np.ndarray:
     return view
 
 
-def _surfaces_key(surfaces: Iterable[str] | str | None) -> tuple[str, ...] | None:
+def _surface_kinds(surfaces: Iterable[str] | str | None) -> tuple[Any, ...] | None:
     if surfaces is None:
         return None
     if isinstance(surfaces, str):  # a bare kind name, not its characters
         return (surfaces,)
-    return tuple(sorted(set(surfaces)))
+    return tuple(surfaces)
 
 
 class Corpus:
@@ -226,25 +227,32 @@ class Corpus:
         Unknown surface kinds match nothing.  Masks are cached per canonical
         (filter, surfaces); a delete invalidates the cache.
         """
-        surfaces_key = _surfaces_key(surfaces)
-        compiled = compile_filter(filter)  # cached by canonical form; None -> keep every row
-        key = (compiled.canonical, surfaces_key)
+        kinds = _surface_kinds(surfaces)
+        compiled = compile_filter(filter)  # validated on every call; compiled once per canonical form
+        # canonical JSON tells true from 1 from 1.0; the kinds by a type-exact key, order and repeats ignored
+        try:
+            key: Any = (compiled.canonical, None if kinds is None else frozenset(cache_key(k) for k in kinds))
+        except UnkeyableError:
+            key = None
         with self._lock:
-            if self._masks_version != self.store.version:
+            version = self.store.version  # read before the live rows: a mask is never older than its label
+            if self._masks_version != version:
                 self._masks.clear()
-                self._masks_version = self.store.version
-            cached = self._masks.get(key)
+                self._masks_version = version
+            cached = None if key is None else self._masks.get(key)
             if cached is not None:
                 self._masks.move_to_end(key)
                 return cached
         mask = self.store.live.copy()
         if not compiled.matches_all:
             mask &= np.asarray(compiled.mask(self.columns), dtype=bool)
-        if surfaces_key is not None:
-            codes = [code for code, kind in enumerate(self.kinds) if kind in surfaces_key]
+        if kinds is not None:
+            codes = [code for code, kind in enumerate(self.kinds) if kind in kinds]
             mask &= np.isin(self.store.kind_codes, np.array(codes, dtype=np.int32))
         mask = _readonly(mask)
         with self._lock:
+            if key is None or self._masks_version != version:  # a delete came in meanwhile: do not keep it
+                return mask
             self._masks[key] = mask
             while len(self._masks) > MASK_CACHE_SIZE:
                 self._masks.popitem(last=False)

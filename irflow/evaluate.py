@@ -50,6 +50,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from irflow.cachekey import cache_key
 from irflow.datasets import Collection, load_beir, write_trec_run
 from irflow.evalcache import CorpusSource, corpus_for
 from irflow.executor import StageCache
@@ -377,13 +378,14 @@ def _system_plans(label: str, recipe: Recipe, params: Mapping[str, Any], setting
         warnings.warn(f"{label}: k={given['k']} ranks fewer documents than the metrics need ({depth}); "
                       "metrics with a larger cutoff see a truncated ranking", stacklevel=4)
     plans: list[_Plan] = []
-    seen: list[dict[str, Any]] = []
+    seen: set[Any] = set()
     for setting in settings:
         # a recipe sweeps only the parameters it has; the others would repeat one system
         mine = {k: v for k, v in setting.items() if k in known}
-        if mine in seen:
+        # type-exact: a setting {"x": 1} must not hide {"x": True}, which validation may refuse
+        if cache_key(mine) in seen:
             continue
-        seen.append(mine)
+        seen.add(cache_key(mine))
         run_params = {**given, **mine}
         plans.append(_Plan(setting_label(label, mine), recipe,
                            {**_depth_params(recipe, run_params, depth, per_document), **run_params}))
