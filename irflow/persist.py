@@ -30,10 +30,11 @@ naming the file — a damaged corpus never answers.
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import json
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 import attrs
 import numpy as np
@@ -301,8 +302,9 @@ def _load_tombstones(generation: gens.Generation, *, verify: bool) -> np.ndarray
     return rows
 
 
-def _all_of_type(values: list, kind: type) -> bool:
-    return all(type(v) is kind for v in values)
+def _all_of_type(values: Iterable[Any], kind: type) -> bool:
+    # exact types (JSON gives no subclasses; a bool is not an int here); map(type) runs in C
+    return set(map(type, values)) <= {kind}
 
 
 def _check_records(generation: gens.Generation, columns: Any, rows: int) -> None:
@@ -320,7 +322,8 @@ def _check_records(generation: gens.Generation, columns: Any, rows: int) -> None
 
 
 def _check_ledger(generation: gens.Generation, ledger: Any) -> None:
-    if not isinstance(ledger, dict) or not all(type(ids) is list and _all_of_type(ids, str) for ids in ledger.values()):
+    if (not isinstance(ledger, dict) or not _all_of_type(ledger.values(), list)
+            or not _all_of_type(itertools.chain.from_iterable(ledger.values()), str)):
         raise CorpusError(f"{generation.dir}/{LEDGER_FILE} is not a mapping of artifact ids to lists of record ids; "
                           "the corpus is damaged — rebuild it")
 
