@@ -20,13 +20,18 @@ parsed; a writer removes a superseded generation only if it gets an
 *exclusive* lock on it without waiting — otherwise it leaves it, and a later
 writer removes it.  Writers never wait for readers, and readers never read a
 half-removed generation.  One window is left: between reading ``CURRENT`` and
-locking the directory it names, a writer may commit twice and remove that
+locking the directory it names, a writer may commit and remove that
 generation; the reader then finds it gone, sees that ``CURRENT`` moved, and
 starts again from the new ``CURRENT`` (:data:`READ_ATTEMPTS` times at most,
 with a short pause; the window is microseconds against a commit's
 milliseconds).  Once a reader is done, its memory maps stay valid even when
 the generation is removed (POSIX keeps an unlinked file's pages while they are
-mapped).  Without ``fcntl`` (Windows) the retry alone remains.
+mapped).  Why locks rather than keeping the previous generation for a while:
+a kept generation doubles the disk a rebuild needs and still fails a reader
+slower than the grace period (a 1M-row corpus takes seconds to open), while
+retries alone never finish when commits come faster than an open.  Without
+``fcntl`` (Windows), or on a file system without ``flock``, the retry alone
+remains.
 
 Nothing irflow did not write is ever deleted.  Clean-up considers only names
 irflow makes (``gen-NNNNNN``, ``.tmp-gen-NNNNNN-xxxxxxxx``,

@@ -299,3 +299,14 @@ def test_sweep_settings_are_deduplicated_by_type() -> None:
     plans = _system_plans("s", recipe, {}, [{"per_artifact": True}, {"per_artifact": 1}, {"per_artifact": True}],
                           depth=10, per_document=False)
     assert [p.params["per_artifact"] for p in plans] == [True, 1]  # 1 was hidden behind True
+
+
+def test_module_docstrings_are_valid_doctests() -> None:
+    import doctest
+
+    import irflow.cachekey
+    import irflow.generations
+
+    for module in (irflow.cachekey, irflow.generations):
+        result = doctest.testmod(module)
+        assert result.failed == 0 and result.attempted > 0, module.__name__
