@@ -515,8 +515,10 @@ def check_writable_root(root: Path) -> None:
         return
     entries = list(root.iterdir())
     foreign = sorted(p.name for p in entries if not _is_ours(p))
-    if foreign == [CURRENT_FILE] and len(entries) > 1 and _is_pointer_file(root / CURRENT_FILE):
-        return  # a damaged irflow corpus (its CURRENT unreadable): a rebuild is what repairs it
+    if foreign == [CURRENT_FILE] and len(entries) > 1 and not stat.S_ISDIR(_lstat_mode(root / CURRENT_FILE)):
+        # everything else is irflow's: a damaged corpus (CURRENT garbled, or replaced by a link or a FIFO,
+        # which os.replace swaps out without writing through); a rebuild is what repairs it
+        return
     if foreign:
         shown = ", ".join(repr(n) for n in foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise CorpusError(
