@@ -27,13 +27,14 @@ import numpy as np
 
 from irflow import bm25 as _bm25
 from irflow import dense as _dense
+from irflow.cachekey import UnkeyableError, cache_key
 from irflow.columns import MetadataColumns
 from irflow.embedders import Embedder, check_dimension, normalize_rows, resolve_embedder
 from irflow.errors import CorpusError, EmbedderError, FilterError, UnknownFieldWarning, UnknownSurfaceWarning
 from irflow.filters import CompiledFilter, compile_filter
 from irflow.generations import check_writable_root
 from irflow.paths import HOME_ENV, is_corpus_name, resolve_corpus_path
-from irflow.persist import EmbedderInfo, load_corpus, save_corpus
+from irflow.persist import VECTORS_FILE, EmbedderInfo, load_corpus, save_corpus
 from irflow.postings import Postings
 from irflow.progress import bar, phase
 from irflow.records import Record, SearchHit
@@ -53,12 +54,59 @@ def _readonly(array: np.ndarray) -> np.ndarray:
     return view
 
 
-def _surfaces_key(surfaces: Iterable[str] | str | None) -> tuple[str, ...] | None:
+def _surface_kinds(surfaces: Iterable[str] | str | None) -> tuple[Any, ...] | None:
     if surfaces is None:
         return None
     if isinstance(surfaces, str):  # a bare kind name, not its characters
         return (surfaces,)
-    return tuple(sorted(set(surfaces)))
+    return tuple(surfaces)
+
+
+#: Largest deviation of a stored row's squared norm from 1 (float32 sums over thousands of dims stay ~1e-4 off).
+UNIT_NORM_TOLERANCE = 1e-3
+
+
+class _VectorCheck:
+    """The once-per-corpus check of a matrix read from disk: finite, unit (or zero) rows.
+
+    Done on first use, not on open: it reads the whole matrix (about 0.1 s per
+    GB here), which opening a memory-mapped corpus otherwise never does.  A
+    failure is raised on every use; a success is remembered.
+    """
+
+    def __init__(self, file: str, record_ids: np.ndarray) -> None:
+        self.file = file
+        self.record_ids = record_ids
+        self.done = False
+        self.lock = threading.Lock()
+
+    def __call__(self, vectors: np.ndarray) -> None:
+        if self.done:
+            return
+        with self.lock:
+            if not self.done:
+                check_unit_rows(vectors, self.file, self.record_ids)
+                self.done = True
+
+
+def check_unit_rows(vectors: np.ndarray, file: str, record_ids: np.ndarray | None = None) -> None:
+    """Raise CorpusError naming *file* and the first bad row unless every row is finite and of unit (or zero) norm.
+
+    One pass in blocks of ~16 MiB (no copy of the matrix): a NaN or inf makes
+    a squared norm non-finite, a tampered value moves it away from 1.
+    """
+    step = max(1, (1 << 24) // max(1, vectors.shape[1] * vectors.itemsize))
+    for start in range(0, vectors.shape[0], step):
+        block = vectors[start:start + step]
+        squared = np.einsum("ij,ij->i", block, block)
+        good = (np.abs(squared - 1) <= UNIT_NORM_TOLERANCE) | (squared == 0)
+        if not good.all():
+            row = start + int(np.argmin(good))
+            value = float(squared[row - start])
+            what = "NaN or inf" if not np.isfinite(value) else f"squared norm {value:.6g}, not 1"
+            record = f" (record {record_ids[row]!r})" if record_ids is not None else ""
+            raise CorpusError(f"{file}: row {row}{record} holds an invalid vector ({what}); dense scores would be "
+                              "wrong — the corpus is damaged, rebuild it with irflow.build(..., path=...)")
 
 
 def _closest_hint(word: str, options: Iterable[str]) -> str:
@@ -105,6 +153,7 @@ class Corpus:
         embedder_info: EmbedderInfo | None = None,
         name: str | None = None,
         path: Path | None = None,
+        vectors_check: "_VectorCheck | None" = None,
     ) -> None:
         self.store = store
         self.postings = postings
@@ -112,6 +161,8 @@ class Corpus:
         self.name = name
         self.path = path
         self._vectors = None if vectors is None else _readonly(vectors)
+        # vectors read from disk are checked on first use (None: made here, already checked)
+        self._vectors_check = vectors_check
         self._embedder_info = embedder_info
         # What to resolve on first use: an Embedder, a spec string, a user callable/object, or None.
         self._embedder_source = embedder
@@ -167,6 +218,8 @@ class Corpus:
     @property
     def vectors(self) -> np.ndarray | None:
         """float32 (n_rows, dim), L2-normalized, read-only (memory-mapped when opened); None when lexical-only."""
+        if self._vectors is not None and self._vectors_check is not None:
+            self._vectors_check(self._vectors)
         return self._vectors
 
     @property
@@ -216,6 +269,7 @@ class Corpus:
         return Corpus(
             store=self.store, postings=self.postings, analyzer=self.analyzer, vectors=self._vectors,
             embedder=embedder, embedder_info=self._embedder_info, name=self.name, path=self.path,
+            vectors_check=self._vectors_check,
         )
 
     # -- records --------------------------------------------------------------------------
@@ -260,30 +314,37 @@ class Corpus:
         field), once per (corpus, path).  Masks are cached per canonical
         (filter, surfaces); a delete invalidates the cache.
         """
-        surfaces_key = _surfaces_key(surfaces)
-        compiled = compile_filter(filter)  # cached by canonical form; None -> keep every row
-        key = (compiled.canonical, surfaces_key)
+        kinds = _surface_kinds(surfaces)
+        compiled = compile_filter(filter)  # validated on every call; compiled once per canonical form
+        # canonical JSON tells true from 1 from 1.0; the kinds by a type-exact key, order and repeats ignored
+        try:
+            key: Any = (compiled.canonical, None if kinds is None else frozenset(cache_key(k) for k in kinds))
+        except UnkeyableError:
+            key = None
         with self._lock:
-            if self._masks_version != self.store.version:
+            version = self.store.version  # read before the live rows: a mask is never older than its label
+            if self._masks_version != version:
                 self._masks.clear()
-                self._masks_version = self.store.version
-            cached = self._masks.get(key)
+                self._masks_version = version
+            cached = None if key is None else self._masks.get(key)
             if cached is not None:
                 self._masks.move_to_end(key)
                 return cached
         # a misspelled name must not silently return nothing (checked once per mask built)
-        if surfaces_key is not None:
-            self._check_surfaces(surfaces_key)
+        if kinds is not None:
+            self._check_surfaces(tuple(dict.fromkeys(kinds)))
         if compiled.fields:
             self._check_fields(compiled.fields)
         mask = self.store.live.copy()
         if not compiled.matches_all:
             mask &= np.asarray(compiled.mask(self.columns), dtype=bool)
-        if surfaces_key is not None:
-            codes = [code for code, kind in enumerate(self.kinds) if kind in surfaces_key]
+        if kinds is not None:
+            codes = [code for code, kind in enumerate(self.kinds) if kind in kinds]
             mask &= np.isin(self.store.kind_codes, np.array(codes, dtype=np.int32))
         mask = _readonly(mask)
         with self._lock:
+            if key is None or self._masks_version != version:  # a delete came in meanwhile: do not keep it
+                return mask
             self._masks[key] = mask
             while len(self._masks) > MASK_CACHE_SIZE:
                 self._masks.popitem(last=False)
@@ -386,12 +447,13 @@ class Corpus:
         return _bm25.bm25_topk(self.postings, query_tokens, self._effective_mask(mask), fetch_k, params, corpus_mask=live)
 
     def _require_vectors(self) -> np.ndarray:
-        if self._vectors is None:
+        vectors = self.vectors  # checked once, on first use, when read from disk
+        if vectors is None:
             raise EmbedderError(
                 f"{self._label()} is lexical-only (built with embedder=None): it has no vectors, so dense search "
                 "is unavailable; use lexical search, or rebuild with an embedder (irflow.build(..., embedder='hash'))"
             )
-        return self._vectors
+        return vectors
 
     def _no_embedder_message(self) -> str:
         info = self._embedder_info
@@ -573,6 +635,9 @@ def open_corpus(path_or_name: str | os.PathLike[str], *, embedder: Any = None, v
     stored = load_corpus(root, verify=verify, name=root.name)
     info = stored.embedder
     source = embedder if embedder is not None else (None if info is None else info.spec)
+    check = None
+    if stored.vectors is not None:
+        check = _VectorCheck(str(stored.generation.dir / VECTORS_FILE), stored.store.record_ids)
     return Corpus(
         store=stored.store,
         postings=stored.postings,
@@ -582,4 +647,5 @@ def open_corpus(path_or_name: str | os.PathLike[str], *, embedder: Any = None, v
         embedder_info=info,
         name=root.name,
         path=root,
+        vectors_check=check,
     )

@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 import attrs
 
+from irflow.cachekey import UnkeyableError, stable_digest
 from irflow.corpus import Corpus, build, open_corpus
 from irflow.datasets import Collection
 from irflow.embedders import Embedder, resolve_embedder
@@ -73,12 +74,21 @@ class CorpusSource:
 
 
 def _documents_digest(collection: Collection) -> str:
-    """A digest of the documents themselves, for a collection not read from files."""
+    """A digest of the documents themselves, for a collection not read from files.
+
+    Type-exact (:func:`irflow.cachekey.stable_digest`): metadata ``1``,
+    ``True``, ``"1"`` and ``numpy.int64(1)`` are four keys, where a JSON dump
+    with ``default=str`` made the last two one and reopened the wrong corpus.
+    """
     h = hashlib.blake2b(digest_size=16)
     for doc in collection.documents.values():
-        h.update(json.dumps([doc.id, doc.title, doc.text, doc.metadata], sort_keys=True, ensure_ascii=False,
-                            default=str).encode("utf-8"))
-        h.update(b"\n")
+        try:
+            h.update(stable_digest([doc.id, doc.title, doc.text, doc.metadata]).encode("ascii"))
+        except UnkeyableError as exc:
+            raise CorpusError(
+                f"document {doc.id!r} of {collection.name!r} holds a value an on-disk corpus cannot store ({exc}); "
+                "use JSON types in its metadata (str, numbers, bools, None, lists, dicts) or pass use_cache=False"
+            ) from None
     return h.hexdigest()
 
 

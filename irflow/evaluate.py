@@ -50,6 +50,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from irflow.cachekey import cache_key
 from irflow.datasets import Collection, load_beir, write_trec_run
 from irflow.evalcache import CorpusSource, corpus_for
 from irflow.executor import StageCache
@@ -398,16 +399,17 @@ def _system_plans(label: str, recipe: Recipe, params: Mapping[str, Any], setting
     if isinstance(given.get("k"), int) and given["k"] < depth:
         warnings.warn(f"{label}: k={given['k']} ranks fewer documents than the metrics need ({depth}); "
                       "metrics with a larger cutoff see a truncated ranking", stacklevel=4)
-    seen: list[dict[str, Any]] = []
+    seen: set[Any] = set()
     groups: list[list[dict[str, Any]]] = []
     runs: list[dict[str, Any]] = []
     signatures: list[Any] = []
     for setting in settings:
         # a recipe sweeps only the parameters it has; the others would repeat one system
         mine = {k: v for k, v in setting.items() if k in known}
-        if mine in seen:
+        # type-exact: a setting {"x": 1} must not hide {"x": True}, which validation may refuse
+        if cache_key(mine) in seen:
             continue
-        seen.append(mine)
+        seen.add(cache_key(mine))
         run_params = {**given, **mine}
         full = {**_depth_params(recipe, run_params, depth, per_document), **run_params}
         signature = run_signature(recipe, full) if len(settings) > 1 else None

@@ -33,9 +33,10 @@ import attrs
 import numpy as np
 
 from irflow.batches import Candidates, QueryBatch, frozen_array
+from irflow.cachekey import UnkeyableError, cache_key
 from irflow.errors import RecipeError, StageError
 from irflow.ports import CANDIDATES, HITS, MASK, QUERIES, QUERY, PortType
-from irflow.recipe import QUERY_NODE, freeze
+from irflow.recipe import QUERY_NODE
 
 if TYPE_CHECKING:
     from irflow.pipeline import Pipeline
@@ -243,23 +244,12 @@ def _check_overrides(pipeline: "Pipeline", overrides: Mapping[str, Any], batch: 
 
 
 def _key_of(value: Any) -> Any:
-    """A cache key for an injected value."""
+    """A cache key for an injected value (type-exact; other objects by identity, held by the key)."""
     if isinstance(value, Candidates):
         return ("override", value.fingerprint())
-    if isinstance(value, np.ndarray):
-        return ("override", value.dtype.str, value.shape, value.tobytes())
     if isinstance(value, QueryBatch):
-        return ("override", hash(value))
-    return ("override", id(value))
-
-
-def _params_key(params: Mapping[str, Any]) -> Any:
-    try:
-        frozen = freeze(params)
-        hash(frozen)
-        return frozen
-    except TypeError:  # an unhashable parameter object: identity is the best we can do
-        return tuple((k, id(v)) for k, v in params.items())
+        return ("override", cache_key((value.texts, value.originals, value.origin)))
+    return ("override", cache_key(value))
 
 
 def run_recipe(recipe: "Recipe", corpus: Any, query_or_queries: Any, *, trace: bool = False,
@@ -330,19 +320,25 @@ def run_recipe(recipe: "Recipe", corpus: Any, query_or_queries: Any, *, trace: b
             output = _MISSING
             if cache is not None and keys is not None:
                 input_keys = tuple((port, tuple(keys[s] for s in sources)) for port, sources in bound.items())
-                # the name too: it prefixes the provenance columns the stage writes
-                key = (name, cls.kind, cls.__module__, cls.__qualname__, _params_key(stage.params()), input_keys,
-                       corpus_key)
-                output = cache.get(key, corpus)
+                try:
+                    # the name too: it prefixes the provenance columns the stage writes; parameters by
+                    # a type-exact key, so {"n": True} never reuses the output of {"n": 1}
+                    key = (name, cls.kind, cls, cache_key(stage.params()), input_keys, corpus_key)
+                except UnkeyableError:  # a parameter too deep to key: run the stage, never guess
+                    key = None
+                if key is not None:
+                    output = cache.get(key, corpus)
                 if output is not _MISSING:
                     status = "cached"
             if output is _MISSING:
                 output = _run_stage(stage, StageContext(corpus, name, batch), kwargs, name, corpus)
                 if cache is not None:
                     cache.executions[name] += 1
-                    cache.put(key, corpus, output)
+                    if key is not None:
+                        cache.put(key, corpus, output)
             if keys is not None:
-                keys[name] = key
+                # an unkeyed output gets a key of its own, so nothing downstream can hit on it either
+                keys[name] = key if key is not None else ("uncached", object())
         if keys is not None and not active:
             keys[name] = ("inactive", name)
         outputs[name] = output

@@ -30,18 +30,20 @@ naming the file — a damaged corpus never answers.
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import json
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 import attrs
 import numpy as np
 
 from irflow import generations as gens
-from irflow.errors import CorpusError
+from irflow.errors import AnalyzerError, CorpusError
 from irflow.postings import ARRAY_NAMES, Postings
 from irflow.store import CorpusStore
+from irflow.text import Analyzer
 
 __all__ = [
     "FORMAT_NAME",
@@ -193,6 +195,7 @@ class TombstoneWriter:
         root = self.generation.root
         with gens.locked(root):
             current = gens.read_current(root)
+            _check_format(current)
             if current.manifest.get("build_id") != self.generation.manifest.get("build_id"):
                 raise CorpusError(
                     f"corpus at {root} was rebuilt since it was opened; reopen it (irflow.open_corpus) and delete again"
@@ -211,7 +214,17 @@ class TombstoneWriter:
 # -- reading ----------------------------------------------------------------------------
 
 
+def _bad_manifest(generation: gens.Generation, what: str) -> CorpusError:
+    return CorpusError(f"{generation.dir}/manifest.json: {what}; the corpus is damaged — rebuild it with "
+                       f"irflow.build(..., path={str(generation.root)!r})")
+
+
+def _is_count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
 def _check_format(generation: gens.Generation) -> None:
+    """Format and version first (their own messages), then every manifest key a reader relies on, typed."""
     manifest = generation.manifest
     if manifest.get("format") != FORMAT_NAME:
         raise CorpusError(
@@ -223,6 +236,32 @@ def _check_format(generation: gens.Generation) -> None:
             f"{generation.dir}/manifest.json: corpus format version {manifest.get('version')!r} is unknown to this irflow "
             f"(it reads version {FORMAT_VERSION}); rebuild the corpus with this irflow, or upgrade irflow"
         )
+    counts = manifest.get("counts")
+    if not isinstance(counts, dict) or not _is_count(counts.get("rows")):
+        raise _bad_manifest(generation, "'counts' must be a table whose 'rows' is a non-negative integer")
+    odd = sorted(k for k, v in counts.items() if not _is_count(v))
+    if odd:
+        raise _bad_manifest(generation, f"'counts' entries {odd} are not non-negative integers")
+    kinds = manifest.get("kinds", [])
+    if not isinstance(kinds, list) or not all(type(k) is str for k in kinds):
+        raise _bad_manifest(generation, "'kinds' must be a list of surface kind names")
+    names = manifest.get("postings_arrays", list(ARRAY_NAMES))
+    if not isinstance(names, list) or not all(isinstance(n, str) and n in ARRAY_NAMES for n in names):
+        raise _bad_manifest(generation, f"'postings_arrays' must list names among {list(ARRAY_NAMES)}")
+    analyzer = manifest.get("analyzer")
+    if not isinstance(analyzer, dict):
+        raise _bad_manifest(generation, "'analyzer' must be a table of analyzer settings")
+    try:
+        Analyzer.from_dict(analyzer)
+    except (AnalyzerError, TypeError) as exc:
+        raise CorpusError(f"{generation.dir}/manifest.json: its analyzer cannot be restored ({exc})") from None
+    info = manifest.get("embedder")
+    if info is not None and (
+        not isinstance(info, dict) or type(info.get("dim")) is not int or info["dim"] < 1
+        or not isinstance(info.get("spec"), (str, type(None))) or not isinstance(info.get("description", ""), str)
+    ):
+        raise _bad_manifest(generation, f"unreadable embedder entry {str(info)[:200]} (expected spec, dim >= 1, "
+                                        "description, source)")
 
 
 def _load_array(generation: gens.Generation, file: str, *, mmap: bool = True) -> np.ndarray:
@@ -239,10 +278,15 @@ def _load_array(generation: gens.Generation, file: str, *, mmap: bool = True) ->
 
 
 def _load_json(generation: gens.Generation, file: str) -> Any:
+    # At most the size the manifest promises (verify_files checked it), from a regular file only.
     try:
-        return json.loads(generation.path(file).read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorpusError(f"{generation.dir}/{file} is not valid JSON ({exc}); the corpus is damaged — rebuild it") from exc
+        raw = gens.read_small_file(generation.path(file), int(generation.files[file]["bytes"]), root=generation.root)
+    except FileNotFoundError:
+        raise CorpusError(f"{generation.dir}/{file} is missing; the corpus is damaged — rebuild it") from None
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise CorpusError(f"{generation.dir}/{file} is not valid JSON ({exc}); the corpus is damaged — rebuild it") from None
 
 
 def _load_tombstones(generation: gens.Generation, *, verify: bool) -> np.ndarray:
@@ -250,50 +294,87 @@ def _load_tombstones(generation: gens.Generation, *, verify: bool) -> np.ndarray
     rows = _load_array(generation, TOMBSTONES_FILE, mmap=False)
     if rows.ndim != 1 or rows.dtype.kind not in "iu":
         raise CorpusError(f"{generation.dir}/{TOMBSTONES_FILE} is not a 1-d integer array; the corpus is damaged — rebuild it")
-    return rows.astype(np.int64)
+    rows = rows.astype(np.int64)
+    n_rows = generation.manifest["counts"]["rows"]
+    if rows.size and (rows.min() < 0 or rows.max() >= n_rows):
+        raise CorpusError(f"{generation.dir}/{TOMBSTONES_FILE} names rows outside 0..{n_rows - 1}; the corpus is "
+                          "damaged — rebuild it")
+    return rows
+
+
+def _all_of_type(values: Iterable[Any], kind: type) -> bool:
+    # exact types (JSON gives no subclasses; a bool is not an int here); map(type) runs in C
+    return set(map(type, values)) <= {kind}
+
+
+def _check_records(generation: gens.Generation, columns: Any, rows: int) -> None:
+    """Each record column holds *rows* values of its type: one pass per column, no per-record objects."""
+    where = f"{generation.dir}/{RECORDS_FILE}"
+    if not isinstance(columns, dict) or any(not isinstance(columns.get(c), list) or len(columns[c]) != rows
+                                            for c in _RECORD_COLUMNS):
+        raise CorpusError(f"{where} does not hold {rows} rows of {_RECORD_COLUMNS}; the corpus is damaged — rebuild it")
+    for column, kind in (("id", str), ("artifact_id", str), ("surface_kind", str), ("surface_index", int),
+                         ("text", str), ("metadata", dict)):
+        if not _all_of_type(columns[column], kind):
+            bad = next(i for i, v in enumerate(columns[column]) if type(v) is not kind)
+            raise CorpusError(f"{where}: column {column!r} holds a {type(columns[column][bad]).__name__} at row {bad}, "
+                              f"expected {kind.__name__}; the corpus is damaged — rebuild it")
+
+
+def _check_ledger(generation: gens.Generation, ledger: Any) -> None:
+    if (not isinstance(ledger, dict) or not _all_of_type(ledger.values(), list)
+            or not _all_of_type(itertools.chain.from_iterable(ledger.values()), str)):
+        raise CorpusError(f"{generation.dir}/{LEDGER_FILE} is not a mapping of artifact ids to lists of record ids; "
+                          "the corpus is damaged — rebuild it")
 
 
 def _store_from(generation: gens.Generation, *, verify: bool, name: str | None) -> CorpusStore:
     gens.verify_files(generation, STORE_FILES, checksums=verify)
     columns = _load_json(generation, RECORDS_FILE)
-    rows = int(generation.manifest["counts"]["rows"])
-    if not isinstance(columns, dict) or any(len(columns.get(c) or ()) != rows for c in _RECORD_COLUMNS):
-        raise CorpusError(
-            f"{generation.dir}/{RECORDS_FILE} does not hold {rows} rows of {_RECORD_COLUMNS}; the corpus is damaged — rebuild it"
-        )
+    rows = generation.manifest["counts"]["rows"]
+    _check_records(generation, columns, rows)
     ledger = _load_json(generation, LEDGER_FILE)
-    if not isinstance(ledger, dict):
-        raise CorpusError(f"{generation.dir}/{LEDGER_FILE} is not a mapping; the corpus is damaged — rebuild it")
-    store = CorpusStore(
-        record_ids=columns["id"],
-        artifact_ids=columns["artifact_id"],
-        surface_kinds=columns["surface_kind"],
-        surface_indices=columns["surface_index"],
-        texts=columns["text"],
-        metadata=columns["metadata"],
-        ledger=ledger,
-        deleted_rows=_load_tombstones(generation, verify=verify),
-        name=name,
-    )
+    _check_ledger(generation, ledger)
+    deleted = _load_tombstones(generation, verify=verify)
+    try:
+        store = CorpusStore(
+            record_ids=columns["id"],
+            artifact_ids=columns["artifact_id"],
+            surface_kinds=columns["surface_kind"],
+            surface_indices=columns["surface_index"],
+            texts=columns["text"],
+            metadata=columns["metadata"],
+            ledger=ledger,
+            deleted_rows=deleted,
+            name=name,
+        )
+    except OverflowError:  # a surface_index beyond int64
+        raise CorpusError(f"{generation.dir}/{RECORDS_FILE}: a surface_index does not fit 64 bits; the corpus is "
+                          "damaged — rebuild it") from None
+    except CorpusError as exc:  # duplicate record ids
+        raise CorpusError(f"{generation.dir}/{RECORDS_FILE}: {exc}") from None
     store.set_tombstone_writer(TombstoneWriter(generation))
     return store
 
 
 def _retrying(root: Path, read: Callable[[gens.Generation], T]) -> T:
-    """Run *read* on the live generation; if a concurrent writer switched generations under it, read again.
+    """Run *read* on the live generation, held against removal (:func:`irflow.generations.reading`).
 
-    A writer removes superseded generations right after the switch, so a
-    reader that picked the old one may find its files gone; that is a race,
-    not damage, exactly when ``CURRENT`` has moved on meanwhile.
+    A reader holds its generation, so a failure inside *read* is damage, not
+    a race — unless ``CURRENT`` moved meanwhile (no locks on this platform or
+    file system): then the newer generation is read instead.
     """
-    for attempt in range(5):
-        generation = gens.read_current(root)
-        _check_format(generation)
-        try:
-            return read(generation)
-        except (CorpusError, OSError):
-            if attempt == 4 or gens.read_current(root).name == generation.name:
-                raise
+    for attempt in range(gens.READ_ATTEMPTS):
+        with gens.reading(root) as generation:
+            _check_format(generation)
+            try:
+                return read(generation)
+            except (CorpusError, OSError) as exc:
+                if attempt == gens.READ_ATTEMPTS - 1 or not gens.moved(root, generation.name):
+                    if isinstance(exc, CorpusError):
+                        raise
+                    raise CorpusError(f"corpus at {root}: {generation.name} cannot be read ({exc}); the corpus is "
+                                      "damaged — rebuild it") from exc
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -314,16 +395,12 @@ def _corpus_from(generation: gens.Generation, *, verify: bool, name: str | None)
     rows = store.n_rows
     arrays = {n: _load_array(generation, _postings_file(n)) for n in manifest.get("postings_arrays", ARRAY_NAMES)}
     vocab = _load_json(generation, VOCAB_FILE)
-    if not isinstance(vocab, list):
+    if not isinstance(vocab, list) or not _all_of_type(vocab, str):
         raise CorpusError(f"{generation.dir}/{VOCAB_FILE} is not a list of terms; the corpus is damaged — rebuild it")
     try:
-        postings = Postings.from_arrays(vocab, arrays)
+        postings = Postings.from_arrays(vocab, arrays, n_rows=rows, label=_postings_file)
     except CorpusError as exc:
-        raise CorpusError(f"{generation.dir}: {exc}; the corpus is damaged — rebuild it") from exc
-    if postings.n_rows != rows:
-        raise CorpusError(
-            f"{generation.dir}: postings cover {postings.n_rows} rows, the records {rows}; the corpus is damaged — rebuild it"
-        )
+        raise CorpusError(f"{generation.dir}: {exc}; the corpus is damaged — rebuild it") from None
     info = manifest.get("embedder")
     try:
         embedder = None if info is None else EmbedderInfo(**info)
@@ -337,6 +414,8 @@ def _corpus_from(generation: gens.Generation, *, verify: bool, name: str | None)
                 f"{generation.dir}/{VECTORS_FILE} holds {vectors.dtype} {vectors.shape}, expected float32 "
                 f"({rows}, {embedder.dim}); the corpus is damaged — rebuild it"
             )
+        # NaN, inf and unnormalized rows are checked on first use (Corpus), not here: that is a pass over
+        # the whole matrix, which opening does not otherwise need (the arrays stay mapped, not read).
     return StoredCorpus(
         generation=generation,
         store=store,

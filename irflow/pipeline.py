@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import networkx as nx
 
+from irflow.cachekey import UnkeyableError, cache_key
 from irflow.ports import Port
 from irflow.recipe import QUERY_NODE, FrozenMap, StageSpec
 
@@ -185,10 +186,11 @@ class Pipeline:
         from irflow.validate import resolved_instances
 
         stages = tuple(stages)
+        # Type-exact: with an equality key, rrf_k=True would reuse the instances validated for rrf_k=1
+        # and {"n": True} the filter of {"n": 1}; a hit stands for the very same values, validated before.
         try:
-            key: Any = (stages, tuple(sorted((k, _hashable(v)) for k, v in values.items())))
-            hash(key)
-        except TypeError:
+            key: Any = (stages, cache_key(dict(values)))
+        except UnkeyableError:
             key = None
         if key is not None and key in self._instances:
             return self._instances[key]
@@ -224,12 +226,3 @@ class Pipeline:
 
 def _node_id(name: str) -> str:
     return name.replace("-", "_")
-
-
-def _hashable(value: Any) -> Any:
-    from irflow.recipe import freeze
-
-    frozen = freeze(value)
-    hash(frozen)
-    return frozen
-

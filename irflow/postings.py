@@ -92,13 +92,14 @@ class _Cache:
         return len(self._data)
 
 
-def _as_array(arrays: Mapping[str, np.ndarray], name: str, kinds: str) -> np.ndarray:
+def _as_array(arrays: Mapping[str, np.ndarray], name: str, kinds: str,
+              label: Callable[[str], str] = str) -> np.ndarray:
     if name not in arrays:
-        raise CorpusError(f"postings array {name!r} is missing; expected {', '.join(ARRAY_NAMES)}")
+        raise CorpusError(f"postings array {label(name)!r} is missing; expected {', '.join(ARRAY_NAMES)}")
     array = arrays[name]
     if not isinstance(array, np.ndarray) or array.ndim != 1 or array.dtype.kind not in kinds:
         raise CorpusError(
-            f"postings array {name!r} must be a 1-d integer array, got "
+            f"postings array {label(name)!r} must be a 1-d integer array, got "
             f"{type(array).__name__} {getattr(array, 'dtype', '')} {getattr(array, 'shape', '')}"
         )
     return array
@@ -275,42 +276,106 @@ class Postings:
         return {name: getattr(self, name) for name in ARRAY_NAMES}
 
     @classmethod
-    def from_arrays(cls, vocab_terms: Sequence[str], arrays: Mapping[str, np.ndarray]) -> "Postings":
+    def from_arrays(cls, vocab_terms: Sequence[str], arrays: Mapping[str, np.ndarray], *,
+                    n_rows: int | None = None, label: Callable[[str], str] = str) -> "Postings":
         """Rebuild from ``vocab_terms`` (terms in id order) and ``arrays()``'s output.
 
         Arrays are used as given (memory-mapped arrays stay memory-mapped).
-        Shapes and offsets are checked in constant time per array; a
-        mismatch raises ``CorpusError`` naming the array.  The row-major
-        arrays may be absent (older files): they are then rebuilt.
+        Shapes and offsets are checked in constant time per array, then the
+        values scoring relies on in one vectorized pass per array (see
+        :func:`_check_values`): a file whose checksums were recomputed after
+        tampering must fail here, not rank wrongly or raise IndexError later.
+        ``n_rows`` (when known) is the number of rows ``doc_lengths`` must
+        cover.  A problem raises ``CorpusError`` naming the array as
+        ``label(name)`` (a corpus names its file).  The row-major arrays may
+        be absent (older files): they are then rebuilt.
         """
-        term_offsets = _as_array(arrays, "term_offsets", "iu")
-        post_rows = _as_array(arrays, "post_rows", "iu")
-        post_tfs = _as_array(arrays, "post_tfs", "iuf")
-        doc_lengths = _as_array(arrays, "doc_lengths", "iu")
+        term_offsets = _as_array(arrays, "term_offsets", "iu", label)
+        post_rows = _as_array(arrays, "post_rows", "iu", label)
+        post_tfs = _as_array(arrays, "post_tfs", "iuf", label)
+        doc_lengths = _as_array(arrays, "doc_lengths", "iu", label)
         terms = list(vocab_terms)
         vocab = {term: i for i, term in enumerate(terms)}
         if len(vocab) != len(terms):
             raise CorpusError("postings vocabulary lists a term twice; the vocabulary file is corrupt")
         problems = []
         if term_offsets.size != len(terms) + 1:
-            problems.append(f"term_offsets has {term_offsets.size} entries, expected vocabulary size + 1 = {len(terms) + 1}")
+            problems.append(f"{label('term_offsets')} has {term_offsets.size} entries, expected vocabulary size + 1 = "
+                            f"{len(terms) + 1}")
         elif term_offsets[0] != 0 or term_offsets[-1] != post_rows.size:
-            problems.append(f"term_offsets must run from 0 to the number of postings ({post_rows.size})")
+            problems.append(f"{label('term_offsets')} must run from 0 to the number of postings ({post_rows.size})")
         if post_tfs.size != post_rows.size:
-            problems.append(f"post_tfs has {post_tfs.size} entries but post_rows has {post_rows.size}")
+            problems.append(f"{label('post_tfs')} has {post_tfs.size} entries but {label('post_rows')} has {post_rows.size}")
+        if n_rows is not None and doc_lengths.size != n_rows:
+            problems.append(f"{label('doc_lengths')} covers {doc_lengths.size} rows, the corpus has {n_rows}")
         has_row_major = "row_offsets" in arrays and "row_terms" in arrays
         if has_row_major:
-            row_offsets = _as_array(arrays, "row_offsets", "iu")
-            row_terms = _as_array(arrays, "row_terms", "iu")
+            row_offsets = _as_array(arrays, "row_offsets", "iu", label)
+            row_terms = _as_array(arrays, "row_terms", "iu", label)
             if row_offsets.size != doc_lengths.size + 1 or row_terms.size != post_rows.size:
-                problems.append("row_offsets / row_terms do not match doc_lengths / post_rows in size")
+                problems.append(f"{label('row_offsets')} / {label('row_terms')} do not match {label('doc_lengths')} / "
+                                f"{label('post_rows')} in size")
+            elif row_offsets[0] != 0 or row_offsets[-1] != row_terms.size:
+                problems.append(f"{label('row_offsets')} must run from 0 to the number of postings ({row_terms.size})")
         if problems:
             raise CorpusError("inconsistent postings arrays: " + "; ".join(problems))
+        problems = _check_values(term_offsets, post_rows, post_tfs, doc_lengths, label)
+        if has_row_major:
+            problems += _check_values_row_major(row_offsets, row_terms, len(terms), label)
+        if problems:
+            raise CorpusError("invalid postings arrays: " + "; ".join(problems))
         if not has_row_major:
             post_terms = np.repeat(np.arange(len(terms), dtype=np.int64), np.diff(term_offsets))
             row_offsets, row_terms = _row_major(post_terms, post_rows, doc_lengths.size, len(terms))
         return cls(vocab=vocab, term_offsets=term_offsets, post_rows=post_rows, post_tfs=post_tfs,
                    doc_lengths=doc_lengths, row_offsets=row_offsets, row_terms=row_terms)
+
+
+def _outside(values: np.ndarray, bound: int) -> bool:
+    """True when some value is not in ``0 .. bound - 1``: one pass (a signed array is read as unsigned, so
+    negatives become huge and one ``max`` checks both ends)."""
+    if values.size == 0:
+        return False
+    if values.dtype.kind == "i":
+        values = values.view(values.dtype.str.replace("i", "u"))
+    return int(values.max()) >= bound
+
+
+def _decreasing(offsets: np.ndarray) -> bool:
+    return bool(offsets.size > 1 and (np.diff(offsets) < 0).any())
+
+
+def _check_values(term_offsets: np.ndarray, post_rows: np.ndarray, post_tfs: np.ndarray,
+                  doc_lengths: np.ndarray, label: Callable[[str], str]) -> list[str]:
+    """What the term-major arrays must hold: ordered offsets, rows in range, positive tfs, lengths >= 0.
+
+    One pass over each array (a max, a min, a diff of the offsets); the big
+    ones (``post_rows``, ``post_tfs``) are read, never copied.
+    """
+    problems = []
+    if _decreasing(term_offsets):
+        problems.append(f"{label('term_offsets')} decrease somewhere (they must be ordered)")
+    if _outside(post_rows, doc_lengths.size):
+        problems.append(f"{label('post_rows')} holds rows outside 0..{doc_lengths.size - 1}")
+    if post_tfs.size:
+        if post_tfs.dtype.kind == "f":
+            if not bool((post_tfs > 0).all()) or not np.isfinite(post_tfs.max()):
+                problems.append(f"{label('post_tfs')} holds a term frequency that is not a positive finite number")
+        elif post_tfs.min() < 1:
+            problems.append(f"{label('post_tfs')} holds a term frequency below 1")
+    if doc_lengths.size and doc_lengths.min() < 0:
+        problems.append(f"{label('doc_lengths')} holds a negative length")
+    return problems
+
+
+def _check_values_row_major(row_offsets: np.ndarray, row_terms: np.ndarray, n_terms: int,
+                            label: Callable[[str], str]) -> list[str]:
+    problems = []
+    if _decreasing(row_offsets):
+        problems.append(f"{label('row_offsets')} decrease somewhere (they must be ordered)")
+    if _outside(row_terms, n_terms):
+        problems.append(f"{label('row_terms')} holds term ids outside the vocabulary (0..{n_terms - 1})")
+    return problems
 
 
 def _row_major(post_terms: np.ndarray, post_rows: np.ndarray, n_rows: int,

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from irflow.cachekey import cache_key
 from irflow.errors import IrflowError
 from irflow.metrics import EvaluationError
 
@@ -81,21 +82,6 @@ def setting_label(base: str, setting: Mapping[str, Any]) -> str:
     return f"{base}[{','.join(f'{k}={format_param(v)}' for k, v in setting.items())}]"
 
 
-def _typed(value: Any) -> Any:
-    """A hashable, type-exact form of a parameter value (``True``, ``1`` and ``1.0`` stay distinct)."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return (type(value).__name__, value)
-    if isinstance(value, Mapping):
-        return ("map", tuple(sorted((str(k), _typed(v)) for k, v in value.items())))
-    if isinstance(value, (list, tuple)):
-        return ("seq", tuple(_typed(v) for v in value))
-    if isinstance(value, np.ndarray):
-        return ("array", str(value.dtype), value.shape, value.tobytes())
-    if isinstance(value, np.generic):
-        return _typed(value.item())
-    return ("object", id(value))  # a callable or other object: only itself is itself
-
-
 def _when_matches(value: Any, allowed: Sequence[Any]) -> bool:
     return any(value == a and isinstance(value, bool) == isinstance(a, bool) for a in allowed)
 
@@ -139,6 +125,6 @@ def run_signature(recipe: Any, params: Mapping[str, Any]) -> tuple[Any, ...] | N
             continue
         stage = instances[name]
         unused = stage.unused_params(live)
-        kept = tuple(sorted((k, _typed(v)) for k, v in stage.params().items() if k not in unused))
+        kept = tuple(sorted((k, cache_key(v)) for k, v in stage.params().items() if k not in unused))
         parts.append((name, cls.kind, tuple(sorted(live.items())), kept))
     return tuple(parts)

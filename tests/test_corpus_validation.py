@@ -1,0 +1,294 @@
+"""Malformed corpora are refused on open, even with checksums recomputed after tampering (issue 10, items 5 and 6).
+
+Each test alters one file of a built corpus, then rewrites its manifest entry
+and ``CURRENT`` so that sizes and checksums agree again — the corpus is
+"self-consistent but malformed" — and expects a CorpusError naming the file
+and saying to rebuild, where the old code ranked wrongly, raised IndexError /
+KeyError, hung on a FIFO or read /dev/zero without end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from irflow.corpus import build, check_unit_rows, open_corpus
+from irflow.errors import CorpusError
+from irflow.ledger import records_for_artifact
+from irflow.postings import Postings
+from irflow.records import Record
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _records() -> list[Record]:
+    return [Record(f"pkg{a}", kind, f"{kind} of package {a} parses json files", {"n": a})
+            for a in range(4) for kind in ("name", "description")]
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    path = tmp_path / "corpus"
+    build(_records(), embedder="hash:16", path=path)
+    return path
+
+
+def _gen(root: Path) -> Path:
+    return root / (root / "CURRENT").read_text().split()[0]
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _reseal(root: Path, change: Callable[[dict], None] | None = None) -> None:
+    """Recompute every listed file's size and checksum, apply *change* to the manifest, then reseal it in CURRENT."""
+    gen = _gen(root)
+    manifest = json.loads((gen / "manifest.json").read_text())
+    for name, entry in manifest["files"].items():
+        data = (gen / name).read_bytes()
+        entry.update(bytes=len(data), blake2b=_digest(data))
+    if change is not None:
+        change(manifest)
+    raw = json.dumps(manifest).encode()
+    (gen / "manifest.json").write_bytes(raw)
+    (root / "CURRENT").write_text(f"{gen.name} {_digest(raw)}\n")
+
+
+def _rewrite_array(root: Path, name: str, change: Callable[[np.ndarray], np.ndarray]) -> None:
+    path = _gen(root) / name
+    array = np.load(path, allow_pickle=False)
+    out = io.BytesIO()
+    np.save(out, change(array.copy()), allow_pickle=False)
+    os.unlink(path)  # files are hard-linked across generations: never write through one
+    path.write_bytes(out.getvalue())
+    _reseal(root)
+
+
+def _rewrite_json(root: Path, name: str, change: Callable[[Any], Any]) -> None:
+    path = _gen(root) / name
+    value = change(json.loads(path.read_text()))
+    os.unlink(path)
+    path.write_text(json.dumps(value))
+    _reseal(root)
+
+
+def _set(array: np.ndarray, index: int, value: Any) -> np.ndarray:
+    array[index] = value
+    return array
+
+
+# -- postings ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, change, says", [
+    ("post_rows", lambda a: _set(a, 0, -1), "post_rows.npy holds rows outside"),  # negative: wraps around
+    ("post_rows", lambda a: _set(a, 0, 8), "post_rows.npy holds rows outside"),  # IndexError before
+    ("post_tfs", lambda a: _set(a, 0, -3), "post_tfs.npy holds a term frequency below 1"),
+    ("post_tfs", lambda a: _set(a, 0, 0), "post_tfs.npy holds a term frequency below 1"),
+    ("doc_lengths", lambda a: _set(a, 2, -5), "doc_lengths.npy holds a negative length"),
+    ("term_offsets", lambda a: _set(a, 1, a[2] + 1), "term_offsets.npy decrease"),
+    ("row_offsets", lambda a: _set(a, 1, a[2] + 1), "row_offsets.npy decrease"),
+    ("row_terms", lambda a: _set(a, 0, 10_000), "row_terms.npy holds term ids outside the vocabulary"),
+    ("row_terms", lambda a: _set(a, 0, -1), "row_terms.npy holds term ids outside the vocabulary"),
+    ("row_offsets", lambda a: _set(a, -1, a[-1] - 1), "row_offsets.npy must run from 0"),
+])
+def test_malformed_postings_are_refused(root: Path, name: str, change: Callable, says: str) -> None:
+    _rewrite_array(root, f"postings.{name}.npy", change)
+    for verify in (True, False):
+        with pytest.raises(CorpusError, match=rf"{says}.*rebuild"):
+            open_corpus(root, verify=verify)
+
+
+def test_from_arrays_checks_values_of_a_valid_index() -> None:
+    postings = Postings.build([["a", "b", "a"], ["b"], []])
+    assert Postings.from_arrays(postings.vocab_terms, postings.arrays(), n_rows=3).n_rows == 3
+    with pytest.raises(CorpusError, match="doc_lengths covers 3 rows, the corpus has 4"):
+        Postings.from_arrays(postings.vocab_terms, postings.arrays(), n_rows=4)
+    arrays = dict(postings.arrays(), post_tfs=postings.post_tfs.astype(np.float64))
+    arrays["post_tfs"][1] = np.nan
+    with pytest.raises(CorpusError, match="post_tfs holds a term frequency that is not a positive finite"):
+        Postings.from_arrays(postings.vocab_terms, arrays)
+
+
+# -- vectors ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value, says", [(np.nan, "NaN or inf"), (np.inf, "NaN or inf"), (3.0, "squared norm")])
+def test_invalid_vectors_are_refused_on_first_use(root: Path, value: float, says: str) -> None:
+    _rewrite_array(root, "vectors.npy", lambda a: _set(a, (5, 3), value))
+    corpus = open_corpus(root)  # opening maps the matrix without reading it...
+    assert [r.artifact_id for r in records_for_artifact(corpus, "pkg1")] == ["pkg1", "pkg1"]
+    assert corpus.bm25_topk(corpus.tokenize_queries(["json"]), None, 3).row.size == 3  # ...lexical never needs it
+    record_id = corpus.record_ids[5]
+    for _ in range(2):  # refused on every use, not only the first
+        with pytest.raises(CorpusError, match=rf"vectors.npy: row 5 \(record '{record_id}'\).*{says}.*rebuild"):
+            corpus.dense_topk(corpus.embed_queries(["json files"]), None, 3)
+    with pytest.raises(CorpusError, match="vectors.npy"):
+        corpus.vectors
+
+
+def test_valid_vectors_are_checked_once_and_stay_mapped(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import irflow.corpus as corpus_module
+
+    calls = []
+    real = corpus_module.check_unit_rows
+    monkeypatch.setattr(corpus_module, "check_unit_rows", lambda *a: calls.append(1) or real(*a))
+    corpus = open_corpus(root)
+    assert calls == []  # not on open
+    for _ in range(3):
+        corpus.dense_topk(corpus.embed_queries(["json"]), None, 2)
+    assert calls == [1]
+    base = corpus.vectors
+    while base is not None and not isinstance(base, np.memmap):
+        base = base.base
+    assert isinstance(base, np.memmap)  # never copied
+
+
+def test_check_unit_rows_accepts_zero_rows_and_tiny_rounding() -> None:
+    rng = np.random.default_rng(0)
+    matrix = rng.normal(size=(1000, 384))
+    matrix = (matrix / np.linalg.norm(matrix, axis=1, keepdims=True)).astype(np.float32)
+    matrix[7] = 0.0
+    check_unit_rows(matrix, "m")
+    matrix[999] *= 1.01
+    with pytest.raises(CorpusError, match="m: row 999 .*squared norm 1.02"):
+        check_unit_rows(matrix, "m")
+
+
+# -- manifest ----------------------------------------------------------------------------------------------
+
+
+def _edit_manifest(root: Path, change: Callable[[dict], None]) -> None:
+    _reseal(root, change)
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda m: m.pop("counts"), "'counts' must be a table"),  # KeyError before
+    (lambda m: m["counts"].pop("rows"), "'counts' must be a table whose 'rows'"),
+    (lambda m: m["counts"].update(rows="8"), "'rows' is a non-negative integer"),
+    (lambda m: m["counts"].update(rows=True), "'rows' is a non-negative integer"),
+    (lambda m: m["counts"].update(live=-1), r"'counts' entries \['live'\]"),
+    (lambda m: m.pop("analyzer"), "'analyzer' must be a table"),  # KeyError before
+    (lambda m: m["analyzer"].update(version=99), "analyzer cannot be restored"),
+    (lambda m: m.update(embedder={"spec": "hash:16"}), "unreadable embedder entry"),
+    (lambda m: m.update(embedder={"spec": "hash:16", "dim": "16", "description": "", "source": "embedded"}),
+     "unreadable embedder entry"),
+    (lambda m: m.update(embedder=[16]), "unreadable embedder entry"),
+    (lambda m: m.update(postings_arrays=["post_rows", "../../x"]), "'postings_arrays' must list names"),
+    (lambda m: m.update(kinds="name"), "'kinds' must be a list"),
+    (lambda m: m["files"].update({"../../../etc/passwd": {"bytes": 1, "blake2b": "0" * 32}}),
+     "lists a file named '../../../etc/passwd'"),
+    (lambda m: m["files"]["ledger.json"].pop("bytes"), "ill-formed entry for 'ledger.json'"),
+    (lambda m: m["files"]["ledger.json"].update(bytes=-1), "ill-formed entry for 'ledger.json'"),
+    (lambda m: m["files"].update({"vocab.json": "x"}), "ill-formed entry for 'vocab.json'"),
+    (lambda m: m.update(files=[]), "no 'files' table"),
+])
+def test_malformed_manifests_are_refused(root: Path, change: Callable, says: str) -> None:
+    _edit_manifest(root, change)
+    with pytest.raises(CorpusError, match=rf"manifest.json.*{says}|{says}.*manifest.json"):
+        open_corpus(root)
+
+
+def test_manifest_that_is_a_directory_is_refused(root: Path) -> None:
+    gen = _gen(root)
+    (gen / "manifest.json").unlink()
+    (gen / "manifest.json").mkdir()
+    with pytest.raises(CorpusError, match="manifest.json is a directory, not a regular file.*rebuild"):
+        open_corpus(root)
+
+
+# -- records, ledger, vocabulary, tombstones ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("file, change, says", [
+    ("records.json", lambda c: c["id"].__setitem__(0, 17) or c, "column 'id' holds a int at row 0"),
+    ("records.json", lambda c: c["metadata"].__setitem__(2, [1]) or c, "column 'metadata' holds a list at row 2"),
+    ("records.json", lambda c: c["surface_index"].__setitem__(1, "1") or c, "column 'surface_index' holds a str"),
+    ("records.json", lambda c: c["surface_index"].__setitem__(1, 2 ** 70) or c, "surface_index does not fit"),
+    ("records.json", lambda c: c["text"].pop() and c, "does not hold 8 rows"),
+    ("records.json", lambda c: c["id"].__setitem__(1, c["id"][0]) or c, "duplicate record ids"),
+    ("ledger.json", lambda l: {**l, "pkg0": "one-id"}, "is not a mapping of artifact ids to lists"),
+    ("ledger.json", lambda l: {**l, "pkg0": [1, 2]}, "is not a mapping of artifact ids to lists"),
+    ("vocab.json", lambda v: [*v[:-1], 5], "is not a list of terms"),
+])
+def test_malformed_store_files_are_refused(root: Path, file: str, change: Callable, says: str) -> None:
+    _rewrite_json(root, file, change)
+    with pytest.raises(CorpusError, match=rf"{file}.*{says}|{says}.*{file}"):
+        open_corpus(root)
+    if file != "vocab.json":
+        with pytest.raises(CorpusError, match=file):
+            records_for_artifact(root, "pkg0")  # the store alone (sibling lookup by path) checks the same
+
+
+def test_tombstones_out_of_range_name_their_file(root: Path) -> None:
+    _rewrite_array(root, "tombstones.npy", lambda a: np.array([8], dtype=np.int64))
+    with pytest.raises(CorpusError, match=r"tombstones.npy names rows outside 0..7.*rebuild"):
+        open_corpus(root)
+
+
+# -- small files read with a bound, special files refused (item 6) -------------------------------------------
+
+
+def test_current_linked_to_dev_zero_is_refused_without_reading_it(root: Path) -> None:
+    (root / "CURRENT").unlink()
+    (root / "CURRENT").symlink_to("/dev/zero")
+    with pytest.raises(CorpusError, match="CURRENT is a character device, not a regular file.*rebuild"):
+        open_corpus(root)
+    build(_records()[:2], embedder=None, path=root)  # what the message says to do works, and only swaps the link
+    assert open_corpus(root).n_rows == 2 and (root / "CURRENT").is_file() and not (root / "CURRENT").is_symlink()
+
+
+def test_a_huge_current_is_refused(root: Path) -> None:
+    (root / "CURRENT").write_bytes(b"gen-000001 " + b"0" * 10_000_000)
+    with pytest.raises(CorpusError, match="CURRENT is larger than the 256 bytes.*rebuild"):
+        open_corpus(root)
+    build(_records()[:2], embedder=None, path=root)
+    assert open_corpus(root).n_rows == 2
+
+
+@pytest.mark.parametrize("target", ["CURRENT", "manifest.json", "ledger.json"])
+def test_a_fifo_never_hangs_a_reader(root: Path, target: str) -> None:
+    path = root / target if target == "CURRENT" else _gen(root) / target
+    path.unlink()
+    os.mkfifo(path)
+    script = textwrap.dedent("""
+        import sys
+        from irflow.corpus import open_corpus
+        from irflow.errors import CorpusError
+        try:
+            open_corpus(sys.argv[1])
+        except CorpusError as exc:
+            print(exc)
+    """)
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", script, str(root)], capture_output=True, text=True, timeout=60, env=env)
+    assert f"{target} is a FIFO" in out.stdout or (target != "CURRENT" and "is a FIFO, not a regular file" in out.stdout)
+
+
+def test_a_json_file_replaced_by_a_link_to_dev_zero_is_refused(root: Path) -> None:
+    path = _gen(root) / "records.json"
+    path.unlink()
+    path.symlink_to("/dev/zero")
+    for verify in (True, False):
+        with pytest.raises(CorpusError, match="records.json is a character device, not a regular file"):
+            open_corpus(root, verify=verify)
+
+
+def test_a_lock_file_that_is_a_directory_is_a_corpus_error(root: Path) -> None:
+    (root / ".lock").unlink()
+    (root / ".lock").mkdir()
+    corpus = open_corpus(root)
+    with pytest.raises(CorpusError, match=r"\.lock"):
+        corpus.store.delete_record(corpus.record_ids[0])
+    assert corpus.record_ids[0] in corpus.store
