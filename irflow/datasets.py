@@ -30,7 +30,8 @@ from typing import Any, Iterable, Iterator, Literal, Mapping
 
 import attrs
 
-from irflow.errors import IrflowError
+from irflow.errors import InputError
+from irflow.fileio import decode_utf8, loads_json, open_regular, read_lines, write_atomic
 from irflow.records import Record
 
 __all__ = [
@@ -55,8 +56,8 @@ TITLE_MODES: tuple[str, ...] = ("prepend", "separate", "ignore")
 _CHUNK = 1 << 20  # bytes read at a time when hashing a file
 
 
-class DatasetError(IrflowError, ValueError):
-    """A collection, qrels or run file is missing or malformed; names the file and line."""
+class DatasetError(InputError):
+    """A collection, qrels or run file is missing or malformed; names the file and line (an InputError)."""
 
 
 def _where(path: Path, line: int | None = None) -> str:
@@ -198,21 +199,20 @@ class _HashingLines:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.hash = hashlib.blake2b(digest_size=16)
-        try:
-            st = path.stat()
-        except FileNotFoundError:
-            raise DatasetError(f"{path} does not exist") from None
+        if not os.path.lexists(path):
+            raise DatasetError(f"{path} does not exist")
+        # a regular file (not a directory, a FIFO, a device), readable: DatasetError naming it otherwise
+        self.handle = open_regular(path, "collection file", error=DatasetError)
+        st = os.fstat(self.handle.fileno())
         self.size, self.mtime_ns = st.st_size, st.st_mtime_ns
 
     def __iter__(self) -> Iterator[tuple[int, str]]:
-        with open(self.path, "rb") as handle:
-            for number, raw in enumerate(handle, start=1):
+        with self.handle as handle:
+            for number, raw in read_lines(handle, str(self.path), "collection file", error=DatasetError):
                 self.hash.update(raw)
-                try:
-                    # utf-8-sig on the first line: a byte-order mark is not part of the data
-                    yield number, raw.decode("utf-8-sig" if number == 1 else "utf-8")
-                except UnicodeDecodeError as exc:
-                    raise DatasetError(f"{_where(self.path, number)}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+                # utf-8-sig on the first line: a byte-order mark is not part of the data
+                yield number, decode_utf8(raw, _where(self.path, number), "file", error=DatasetError,
+                                          bom=number == 1)
 
     def stamp(self) -> FileStamp:
         return FileStamp(self.path, self.hash.hexdigest(), self.size, self.mtime_ns)
@@ -242,7 +242,7 @@ def file_digest(path: str | os.PathLike[str]) -> str:
 
 def _json_object(path: Path, number: int, line: str, what: str) -> dict[str, Any]:
     try:
-        value = json.loads(line)
+        value = loads_json(line, _where(path, number), error=DatasetError)  # bounded nesting and digits
     except json.JSONDecodeError as exc:
         raise DatasetError(f"{_where(path, number)}: not valid JSON ({exc.msg} at column {exc.colno}); each line must be one {what} object") from None
     if not isinstance(value, dict):
@@ -380,7 +380,7 @@ def load_beir(path: str | os.PathLike[str], split: str = "test", *, name: str | 
     if not root.is_dir():
         raise DatasetError(f"{root} is not a directory; a BEIR collection is a directory with corpus.jsonl, queries.jsonl and qrels/<split>.tsv")
     qrels_path = root / "qrels" / f"{split}.tsv"
-    if not qrels_path.is_file():
+    if not os.path.lexists(qrels_path):  # present but not a file: the reader names what it is
         available = sorted(p.stem for p in (root / "qrels").glob("*.tsv"))
         raise DatasetError(f"{qrels_path} does not exist; splits available in {root / 'qrels'}: {available or 'none'}")
     documents, corpus_stamp = _read_corpus(root / "corpus.jsonl")
@@ -482,8 +482,5 @@ def write_trec_run(path: str | os.PathLike[str], run: Mapping[str, Mapping[str, 
 
 
 def _write_text(path: Path, text: str) -> None:
-    # write then rename, so a reader never sees half a run file
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    # a temporary file renamed into place: a reader never sees half a run file, a failed write leaves the old one
+    write_atomic(path, text, "run file")
