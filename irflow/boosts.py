@@ -16,9 +16,9 @@ does not depend on graph libraries).
 from __future__ import annotations
 
 import functools
-import math
 import numbers
 import re
+import sys
 from typing import Any, Iterable
 
 import attrs
@@ -131,7 +131,7 @@ def _relevant(value: Any) -> frozenset[str]:
 
 
 def _check_weight(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not abs(value) <= sys.float_info.max:
         raise BoostError(f"weight must be a finite number (on the search's score scale), got {value!r}")
 
 

@@ -34,7 +34,6 @@ import difflib
 import importlib
 import importlib.metadata
 import importlib.util
-import math
 import re
 import sys
 import threading
@@ -251,6 +250,11 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
+def _finite(value: Any) -> bool:
+    """Finite and within float range: math.isfinite raises OverflowError on an int like 10**400."""
+    return abs(value) <= sys.float_info.max
+
+
 def positive_int(instance: Any, attribute: Any, value: Any) -> None:
     """An integer >= 1."""
     if not _is_int(value) or value < 1:
@@ -265,19 +269,19 @@ def non_negative_int(instance: Any, attribute: Any, value: Any) -> None:
 
 def finite_number(instance: Any, attribute: Any, value: Any) -> None:
     """A finite int or float."""
-    if not _is_number(value) or not math.isfinite(value):
+    if not _is_number(value) or not _finite(value):
         raise ValueError(f"must be a finite number, {_got(value)}")
 
 
 def non_negative_number(instance: Any, attribute: Any, value: Any) -> None:
     """A finite number >= 0."""
-    if not _is_number(value) or not math.isfinite(value) or value < 0:
+    if not _is_number(value) or not _finite(value) or value < 0:
         raise ValueError(f"must be a finite number >= 0, {_got(value)}")
 
 
 def positive_number(instance: Any, attribute: Any, value: Any) -> None:
     """A finite number > 0."""
-    if not _is_number(value) or not math.isfinite(value) or value <= 0:
+    if not _is_number(value) or not _finite(value) or value <= 0:
         raise ValueError(f"must be a finite number > 0, {_got(value)}")
 
 
@@ -328,7 +332,7 @@ def number_mapping(instance: Any, attribute: Any, value: Any) -> None:
     for key, number in value.items():
         if not isinstance(key, str):
             raise ValueError(f"keys must be strings, got {key!r}")
-        if not _is_number(number) or not math.isfinite(number) or number < 0:
+        if not _is_number(number) or not _finite(number) or number < 0:
             raise ValueError(f"values must be finite numbers >= 0; {key!r} is {number!r}")
 
 

@@ -14,7 +14,7 @@ weights apply; provenance ``<stage>.factor`` and ``<stage>.input_score``.
 
 from __future__ import annotations
 
-import math
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,7 +52,7 @@ def check_surface_weights(weights: Any) -> None:
         if not isinstance(kind, str):
             raise WeightError(f"surface_weights keys are surface kinds (strings), got {kind!r}")
         number = isinstance(weight, (int, float, np.integer, np.floating)) and not isinstance(weight, (bool, np.bool_))
-        if not number or not math.isfinite(weight) or weight < 0:
+        if not number or not abs(weight) <= sys.float_info.max or weight < 0:
             raise WeightError(f"surface_weights[{kind!r}] is {weight!r}; weights must be finite numbers >= 0")
 
 
