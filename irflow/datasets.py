@@ -31,7 +31,7 @@ from typing import Any, Iterable, Iterator, Literal, Mapping
 import attrs
 
 from irflow.errors import InputError
-from irflow.fileio import decode_utf8, loads_json, open_regular, read_lines, write_atomic
+from irflow.fileio import decode_utf8, loads_json, open_regular, read_lines, shown, write_atomic
 from irflow.records import Record
 
 __all__ = [
@@ -256,7 +256,7 @@ def _id_field(path: Path, number: int, obj: Mapping[str, Any]) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
     if not isinstance(value, str) or not value:
-        raise DatasetError(f"{_where(path, number)}: '_id' must be a non-empty string, got {value!r}")
+        raise DatasetError(f"{_where(path, number)}: '_id' must be a non-empty string, got {shown(value)}")
     return value
 
 
@@ -265,7 +265,7 @@ def _str_field(path: Path, number: int, obj: Mapping[str, Any], key: str, requir
     if value is None and not required:
         return ""
     if not isinstance(value, str):
-        raise DatasetError(f"{_where(path, number)}: '{key}' must be a string, got {value!r}")
+        raise DatasetError(f"{_where(path, number)}: '{key}' must be a string, got {shown(value)}")
     return value
 
 
@@ -316,7 +316,7 @@ def _grade(path: Path, number: int, text: str) -> int:
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value != int(value):
-        raise DatasetError(f"{_where(path, number)}: relevance grade {text!r} is not an integer")
+        raise DatasetError(f"{_where(path, number)}: relevance grade {shown(text)} is not an integer")
     return int(value)
 
 
@@ -446,7 +446,7 @@ def read_trec_run(path: str | os.PathLike[str]) -> dict[str, dict[str, float]]:
         except ValueError:
             score = math.nan
         if math.isnan(score):
-            raise DatasetError(f"{_where(path, number)}: score {score_text!r} is not a number")
+            raise DatasetError(f"{_where(path, number)}: score {shown(score_text)} is not a number")
         if (qid, doc_id) in lines_of:
             raise DatasetError(f"{_where(path, number)}: document {doc_id!r} appears twice for query {qid!r} (first on line {lines_of[qid, doc_id]})")
         lines_of[qid, doc_id] = number

@@ -58,6 +58,7 @@ __all__ = [
     "check_json_depth",
     "check_nesting",
     "too_many_digits",
+    "shown",
     "atomic_writer",
     "write_atomic",
     "explain_os_error",
@@ -102,6 +103,19 @@ def explain_os_error(error: OSError, path: str | os.PathLike[str] | None = None)
         return f"{prefix}too many levels of symbolic links; fix the link"
     text = error.strerror or str(error) or type(error).__name__
     return f"{prefix}{text}"
+
+
+def shown(value: Any, width: int = 60) -> str:
+    """``repr(value)`` cut to about ``width`` characters, for messages that echo what the user gave.
+
+    >>> shown("9" * 5000, 20)
+    "'99999999999999… (5002 characters)"
+    """
+    try:
+        text = repr(value)
+    except ValueError:  # an int beyond Python's digit limit cannot even be repr'd
+        return f"an integer of about {value.bit_length() * 30103 // 100000 + 1} digits"
+    return text if len(text) <= width else f"{text[:width - 5]}… ({len(text)} characters)"
 
 
 # --------------------------------------------------------------------------

@@ -34,6 +34,7 @@ import difflib
 import importlib
 import importlib.metadata
 import importlib.util
+import math
 import re
 import sys
 import threading
@@ -250,9 +251,12 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
-def _finite(value: Any) -> bool:
-    """Finite and within float range: math.isfinite raises OverflowError on an int like 10**400."""
-    return abs(value) <= sys.float_info.max
+def is_finite(value: Any) -> bool:
+    """A finite number a float can hold: False for NaN, inf and ints like 10**400 (where math.isfinite raises)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def positive_int(instance: Any, attribute: Any, value: Any) -> None:
@@ -269,19 +273,19 @@ def non_negative_int(instance: Any, attribute: Any, value: Any) -> None:
 
 def finite_number(instance: Any, attribute: Any, value: Any) -> None:
     """A finite int or float."""
-    if not _is_number(value) or not _finite(value):
+    if not _is_number(value) or not is_finite(value):
         raise ValueError(f"must be a finite number, {_got(value)}")
 
 
 def non_negative_number(instance: Any, attribute: Any, value: Any) -> None:
     """A finite number >= 0."""
-    if not _is_number(value) or not _finite(value) or value < 0:
+    if not _is_number(value) or not is_finite(value) or value < 0:
         raise ValueError(f"must be a finite number >= 0, {_got(value)}")
 
 
 def positive_number(instance: Any, attribute: Any, value: Any) -> None:
     """A finite number > 0."""
-    if not _is_number(value) or not _finite(value) or value <= 0:
+    if not _is_number(value) or not is_finite(value) or value <= 0:
         raise ValueError(f"must be a finite number > 0, {_got(value)}")
 
 
@@ -332,7 +336,7 @@ def number_mapping(instance: Any, attribute: Any, value: Any) -> None:
     for key, number in value.items():
         if not isinstance(key, str):
             raise ValueError(f"keys must be strings, got {key!r}")
-        if not _is_number(number) or not _finite(number) or number < 0:
+        if not _is_number(number) or not is_finite(number) or number < 0:
             raise ValueError(f"values must be finite numbers >= 0; {key!r} is {number!r}")
 
 

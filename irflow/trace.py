@@ -63,7 +63,7 @@ from irflow.batches import Candidates, QueryBatch, Scale
 from irflow.errors import InputError, IrflowError
 from irflow.executor import INACTIVE, StageEvent, TraceRecorder
 from irflow.fileio import MAX_NESTING, atomic_writer, check_json_depth, decode_utf8, open_regular, read_lines, \
-    too_many_digits
+    shown, too_many_digits
 from irflow.table import render_table
 
 if TYPE_CHECKING:
@@ -639,9 +639,7 @@ def _is_int(value: Any, low: int = 0, high: int = _MAX_INDEX) -> bool:
 
 def _need(ok: bool, field: str, value: Any, expected: str) -> None:
     if not ok:
-        shown = repr(value)
-        shown = shown if len(shown) <= 60 else shown[:57] + "..."
-        raise TraceError(f"field {field!r} is {shown}, expected {expected}")
+        raise TraceError(f"field {field!r} is {shown(value)}, expected {expected}")
 
 
 def _is_text(value: Any, optional: bool = True) -> bool:

@@ -10,7 +10,6 @@ stably.  Scale ``boosted``; provenance ``<stage>.value`` and
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,7 +20,7 @@ from irflow import registry
 from irflow.batches import Candidates, Scale
 from irflow.boosts import BoostError
 from irflow.ports import CANDIDATES, Port
-from irflow.stage import Stage, StageContext, Upstream, param, register_stage
+from irflow.stage import Stage, StageContext, Upstream, is_finite, param, register_stage
 
 from ._util import callable_or_name
 
@@ -57,7 +56,7 @@ class Boost(Stage):
         for i, value in enumerate(returned):
             # a number, and one a float holds: a string, None, a list or 10**400 is the boost's bug, named
             if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)) \
-                    and abs(value) <= sys.float_info.max:
+                    and is_finite(value):
                 values[i] = float(value)
                 continue
             shown = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else "a huge integer"
