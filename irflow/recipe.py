@@ -989,7 +989,8 @@ def load_recipe(path_or_name: str | os.PathLike[str] | Recipe, *, validate: bool
         return path_or_name.validate() if validate else path_or_name
     text_path = os.fspath(path_or_name)
     path = Path(text_path)
-    if path.suffix in _SUFFIXES or path.exists() or os.sep in text_path or "/" in text_path:
+    # a bare name that is a folder here (./hybrid/) does not hide the built-in recipe of that name
+    if path.suffix in _SUFFIXES or (path.exists() and not path.is_dir()) or os.sep in text_path or "/" in text_path:
         if not os.path.lexists(text_path):
             raise RecipeError(f"{text_path}: no such recipe file", source=text_path)
         text = read_text(path, "recipe file", max_bytes=MAX_TEXT_BYTES, error=_file_error(text_path))

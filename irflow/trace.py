@@ -62,8 +62,9 @@ import numpy as np
 from irflow.batches import Candidates, QueryBatch, Scale
 from irflow.errors import InputError, IrflowError
 from irflow.executor import INACTIVE, StageEvent, TraceRecorder
-from irflow.fileio import MAX_NESTING, atomic_writer, check_json_depth, decode_utf8, open_regular, read_lines, \
+from irflow.fileio import MAX_NESTING, atomic_writer, check_nesting, decode_utf8, open_regular, read_lines, \
     shown, too_many_digits
+from irflow.stage import is_finite
 from irflow.table import render_table
 
 if TYPE_CHECKING:
@@ -490,14 +491,16 @@ class Trace(TraceRecorder):
                 if not text.strip():
                     continue
                 where = f"{name}:{number}"
-                check_json_depth(text, where, limit=MAX_NESTING, error=TraceError)
+                # json's C parser guards its own recursion (RecursionError below); what loading keeps of
+                # free-form fields is bounded by from_records, so no pre-scan of these long lines is needed
                 try:
                     lines.append(json.loads(text))
                 except json.JSONDecodeError as error:
                     raise TraceError(f"{where}: not JSON ({error.msg}); is this an irflow trace "
                                      "(irflow run --trace FILE)?") from None
                 except RecursionError:
-                    raise TraceError(f"{where}: nested too deeply; the limit is {MAX_NESTING}") from None
+                    raise TraceError(f"{where}: nested too deeply to read; a trace line nests a few levels, "
+                                     f"and its free-form fields at most {MAX_NESTING}") from None
                 except ValueError:
                     raise TraceError(f"{where}: {too_many_digits()}") from None
                 numbers.append(number)
@@ -647,12 +650,16 @@ def _is_text(value: Any, optional: bool = True) -> bool:
 
 
 def _is_score(value: Any) -> bool:
-    return value is None or value in ("inf", "-inf") or (isinstance(value, (int, float)) and not isinstance(value, bool)
-                                                          and math.isfinite(value))
+    if value is None or isinstance(value, bool):
+        return value is None
+    if isinstance(value, str):
+        return value in ("inf", "-inf")
+    return isinstance(value, (int, float)) and is_finite(value)
 
 
 def _check_header(header: Mapping[str, Any], where: str) -> None:
     try:
+        check_nesting(header, "the header", error=TraceError)  # kept whole (recipe_dict, params): bounded here
         queries = header.get("queries")
         _need(queries is None or (isinstance(queries, list) and all(isinstance(q, str) for q in queries)),
               "queries", queries, "a list of query strings")
@@ -694,19 +701,40 @@ def _check_candidates(part: Mapping[str, Any], field: str, n_queries: int) -> No
     n_texts = _check_batch(part.get("batch"), f"{field}batch", n_queries)
     candidates = part.get("candidates", [])
     _need(isinstance(candidates, list), f"{field}candidates", candidates, "a list of candidate objects")
-    for i, c in enumerate(candidates):
-        here = f"{field}candidates[{i}]"
-        _need(isinstance(c, Mapping), here, c, "an object {record_id, artifact_id, surface_kind, row, score, rank}")
-        for key in ("record_id", "artifact_id", "surface_kind"):
-            _need(_is_text(c.get(key)), f"{here}.{key}", c.get(key), "a string or null")
-        _need(_is_int(c.get("row")), f"{here}.row", c.get("row"), "a corpus row (an integer >= 0)")
-        _need(_is_int(c.get("rank")), f"{here}.rank", c.get("rank"), "a rank (an integer >= 0)")
-        _need(_is_score(c.get("score")), f"{here}.score", c.get("score"), 'a number, null, "inf" or "-inf"')
-        _need(isinstance(c.get("provenance", {}), Mapping), f"{here}.provenance", c.get("provenance"),
-              "an object {column: value}")
-        if "subquery" in c:
-            _need(_is_int(c["subquery"], 0, max(n_texts, 1)), f"{here}.subquery", c["subquery"],
-                  "an index into the batch's texts")
+    # one pass per field over all candidates (a trace holds thousands): cheap generator checks, and the
+    # index of the first bad entry only when one is bad
+    if not all(type(c) is dict or isinstance(c, Mapping) for c in candidates):
+        _first_bad(candidates, lambda c: isinstance(c, Mapping), f"{field}candidates", "",
+                   "an object {record_id, artifact_id, surface_kind, row, score, rank}")
+    for key in ("record_id", "artifact_id", "surface_kind"):
+        values = [c.get(key) for c in candidates]
+        if not all(type(v) is str or v is None for v in values):
+            _first_bad(values, _is_text, f"{field}candidates", f".{key}", "a string or null")
+    for key, what in (("row", "a corpus row (an integer >= 0)"), ("rank", "a rank (an integer >= 0)")):
+        values = [c.get(key) for c in candidates]
+        if not all(type(v) is int and 0 <= v < _MAX_INDEX for v in values):
+            _first_bad(values, _is_int, f"{field}candidates", f".{key}", what)
+    values = [c.get("score") for c in candidates]
+    if not all(type(v) is float and v - v == 0.0 for v in values):  # finite floats: the common case, fast
+        _first_bad(values, _is_score, f"{field}candidates", ".score", 'a number, null, "inf" or "-inf"')
+    values = [c.get("provenance", {}) for c in candidates]
+    if not all(type(v) is dict or isinstance(v, Mapping) for v in values):
+        _first_bad(values, lambda v: isinstance(v, Mapping), f"{field}candidates", ".provenance",
+                   "an object {column: value}")
+    objects = [name for name, dtype in columns.items() if _column_dtype(dtype, name).kind == "O"]
+    if objects:  # an object column keeps its values as they are: bound their nesting
+        check_nesting([[v.get(name) for name in objects] for v in values], f"{field}candidates[*].provenance",
+                      error=TraceError)
+    subqueries = [c["subquery"] for c in candidates if "subquery" in c]
+    if subqueries and not all(_is_int(v, 0, max(n_texts, 1)) for v in subqueries):
+        _first_bad([c.get("subquery", 0) for c in candidates], lambda v: _is_int(v, 0, max(n_texts, 1)),
+                   f"{field}candidates", ".subquery", "an index into the batch's texts")
+
+
+def _first_bad(values: Sequence[Any], ok: Any, field: str, key: str, expected: str) -> None:
+    """Raise the TraceError naming the first of ``values`` that is not ``ok``."""
+    for i, value in enumerate(values):
+        _need(ok(value), f"{field}[{i}]{key}", value, expected)
 
 
 def _check_stage_line(line: Mapping[str, Any], n_queries: int) -> None:
@@ -725,6 +753,9 @@ def _check_stage_line(line: Mapping[str, Any], n_queries: int) -> None:
           "ports", ports, "an object {port: [upstream names]}")
     _need(isinstance(line.get("output_type"), str), "output_type", line.get("output_type"), "a type name")
     _need(isinstance(line.get("output", {}), Mapping), "output", line.get("output"), "an object")
+    # the free-form fields a loaded trace keeps (and renders recursively): nesting bounded
+    check_nesting(line.get("params"), "params", error=TraceError)
+    check_nesting(line.get("output"), "output", error=TraceError)
     _check_candidates(line, "", n_queries)
     inputs = line.get("inputs", {})
     _need(isinstance(inputs, Mapping), "inputs", inputs, "an object {upstream: value}")
@@ -733,8 +764,10 @@ def _check_stage_line(line: Mapping[str, Any], n_queries: int) -> None:
               'an object with a "type"')
         if part["type"] == "candidates":
             _check_candidates(part, f"inputs.{name}.", n_queries)
-        elif part["type"] == "queries":
-            _check_batch(part.get("batch"), f"inputs.{name}.batch", n_queries)
+        else:  # kept as a Summary of these fields
+            check_nesting(part, f"inputs.{name}", error=TraceError)
+            if part["type"] == "queries":
+                _check_batch(part.get("batch"), f"inputs.{name}.batch", n_queries)
 
 
 def _all_candidates(line: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:

@@ -275,6 +275,23 @@ def test_trace_dtypes_come_from_an_allow_list_and_nothing_big_is_allocated(tmp_p
     assert f"{path}:" in str(caught.value)
 
 
+@pytest.mark.parametrize("where", ["params", "output", "header"])
+def test_trace_free_form_fields_nested_deep_are_refused(tmp_path, good_trace_lines, where):
+    lines = _edited(good_trace_lines)
+    deep = _nested(300)
+    if where == "header":
+        lines[0]["params"]["filter"] = deep
+    else:
+        lines[1][where] = {"x": deep}
+    path = tmp_path / "deep.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    with pytest.raises(TraceError, match=f"nested more than {MAX_NESTING} levels"):
+        Trace.load(path)
+    path.write_text(json.dumps(lines[0]) + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(TraceError, match=r"deep\.jsonl:2: nested too deeply to read"):
+        Trace.load(path)
+
+
 def test_trace_string_columns_within_the_limit_load_exactly(tmp_path, good_trace_lines):
     lines = _edited(good_trace_lines)
     name = next(line["stage"] for line in lines[1:] if line.get("candidates"))

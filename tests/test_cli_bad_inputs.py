@@ -203,6 +203,18 @@ class Env:
             "dataset-missing": root / "missing",
         }
 
+    def broken_corpus(self) -> Path:
+        """A copy of the corpus whose manifest.json was replaced by a directory."""
+        import shutil
+
+        copy = self.root / "broken-corpus"
+        if not copy.exists():
+            shutil.copytree(self.corpus, copy)
+            for manifest in copy.glob("*/manifest.json"):
+                manifest.unlink()
+                manifest.mkdir()
+        return copy
+
     def _readonly_dir(self) -> Path | None:
         """A folder no file can be created in, for this user (root included), or None."""
         folder = self.root / "read-only"
@@ -309,6 +321,8 @@ def _cases() -> list[Case]:
                                                         "--trace", str(env.bad / "directory.jsonl")]),
         (("run",), "trace-read-only", _readonly(lambda env, ro: ["run", "hybrid", "--corpus", str(env.corpus),
                                                                   "-q", "x", "--trace", str(ro / "t.jsonl")])),
+        (("run",), "corpus-manifest-is-a-directory", lambda env: ["run", "hybrid", "--corpus",
+                                                                  str(env.broken_corpus()), "-q", "x"]),
         (("run",), "corpus-is-a-file", lambda env: ["run", "hybrid", "--corpus", str(env.afile), "-q", "x"]),
         (("run",), "corpus-missing", lambda env: ["run", "hybrid", "--corpus", str(env.bad / "nowhere"), "-q", "x"]),
         (("eval",), "runs-under-a-file", lambda env: ["eval", "lexical", "--dataset", str(env.dataset), "--no-cache",
