@@ -118,9 +118,8 @@ def main() -> None:
 
 
 def _read_records(path: Path) -> list[Any]:
-    from irflow.records import Record
-
     from irflow.fileio import decode_utf8, open_regular, read_lines
+    from irflow.records import Record
 
     records = []
     with open_regular(path, "records file") as handle:

@@ -97,7 +97,7 @@ def test_a_failed_dump_keeps_the_previous_trace(tmp_path, corpus, lexical, monke
         return real(record)
 
     monkeypatch.setattr(irflow.trace, "_json_line", fail_on_third_line)
-    with pytest.raises(OutputError, match=r"t\.jsonl: no space left|no space left") as caught:
+    with pytest.raises(OutputError, match="no space left") as caught:
         lexical.run(corpus, "parser", trace=True).trace.dump(path)
     assert isinstance(caught.value, OSError) and str(path) in str(caught.value)
     assert path.read_bytes() == before
@@ -209,7 +209,7 @@ def test_search_parameters_nested_1000_deep(corpus):
 
     with pytest.raises(InputError, match=f"parameter 'filter': nested more than {MAX_NESTING} levels"):
         search(corpus, "sql", mode="lexical", filter=_nested(1000))
-    with pytest.raises(InputError, match=f"parameter 'surface_weights'"):
+    with pytest.raises(InputError, match="parameter 'surface_weights'"):
         load_recipe("search").run(corpus, "sql", surface_weights=_nested(1000))
 
 
