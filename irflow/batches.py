@@ -36,6 +36,8 @@ from typing import Any
 import attrs
 import numpy as np
 
+from irflow.errors import ArgumentError
+
 __all__ = ["Scale", "QueryBatch", "Candidates", "frozen_array", "fill_value"]
 
 
@@ -105,12 +107,26 @@ def frozen_array(value: Any, dtype: Any) -> np.ndarray:
 
 
 def _texts(value: Iterable[str]) -> tuple[str, ...]:
+    """The texts of a query batch: a list, tuple or other ordered iterable of strings (ArgumentError otherwise)."""
     if isinstance(value, str):
-        raise TypeError("query texts must be a sequence of strings, got a single string; wrap it in a list")
-    texts = tuple(value)
+        raise ArgumentError("query texts must be a sequence of strings, got a single string; wrap it in a list")
+    if isinstance(value, Mapping):  # iterating it would run its keys as queries, silently
+        raise ArgumentError(f"a query batch must be a list of query strings, got a {type(value).__name__}; "
+                            "pass list(d) to run its keys or list(d.values()) to run its values")
+    if isinstance(value, (set, frozenset)):  # no order: the hit lists could not be matched to their queries
+        raise ArgumentError(f"a query batch must be a list of query strings, got a {type(value).__name__}, which "
+                            "has no order; pass a list (e.g. sorted(queries))")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raise ArgumentError(f"a query batch must be a list of query strings, got {type(value).__name__}; "
+                            "decode it first (e.g. data.decode('utf-8'))")
+    try:
+        texts = tuple(value)
+    except TypeError:
+        raise ArgumentError(f"a query must be a string or a list of strings, got {type(value).__name__}") from None
     for text in texts:
         if not isinstance(text, str):
-            raise TypeError(f"every query must be a string, got {type(text).__name__}: {text!r}")
+            shown = repr(text) if len(repr(text)) <= 80 else repr(text)[:77] + "..."
+            raise ArgumentError(f"every query must be a string, got {type(text).__name__}: {shown}")
     return texts
 
 

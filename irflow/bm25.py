@@ -84,7 +84,7 @@ def _number(low: float | None = None, high: float | None = None, optional: bool 
         if value is None and optional:
             return
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-                or not math.isfinite(value):
+                or not _finite(value):
             raise BM25ParamError(f"bm25 {attribute.name} must be a finite number, got {value!r}")
         if (low is not None and value < low) or (high is not None and value > high):
             bounds = f">= {low}" if high is None else f"between {low} and {high}"
@@ -94,9 +94,18 @@ def _number(low: float | None = None, high: float | None = None, optional: bool 
 
 def _float_or_none(value: Any) -> Any:
     # keep non-numbers as they are so the validator can name them in its error
-    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+    # (and ints no float holds, 10**400: float() would overflow before the validator could speak)
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) and _finite(value):
         return float(value)
     return value
+
+
+def _finite(value: Any) -> bool:
+    # math.isfinite raises OverflowError on an int no float holds (10**400): that is not finite here
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 @attrs.frozen

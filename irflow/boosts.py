@@ -16,7 +16,6 @@ does not depend on graph libraries).
 from __future__ import annotations
 
 import functools
-import math
 import numbers
 import re
 from typing import Any, Iterable
@@ -25,6 +24,7 @@ import attrs
 
 from irflow.errors import IrflowError
 from irflow.records import SearchHit
+from irflow.stage import is_finite
 
 __all__ = [
     "BoostError",
@@ -131,7 +131,7 @@ def _relevant(value: Any) -> frozenset[str]:
 
 
 def _check_weight(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not is_finite(value):
         raise BoostError(f"weight must be a finite number (on the search's score scale), got {value!r}")
 
 

@@ -32,7 +32,8 @@ import click
 from irflow import __version__
 from irflow.cli_index import RECORD_FORMAT
 from irflow.cli_plugins import plugin_option
-from irflow.errors import IrflowError, ParameterError
+from irflow.errors import InputError, IrflowError, ParameterError
+from irflow.fileio import explain_os_error, loads_json
 
 __all__ = ["main", "UserError", "parse_sets", "parse_sweeps"]
 
@@ -47,18 +48,26 @@ def _message(error: BaseException) -> str:
     # the notes say where it happened, e.g. "while running stage 'dense' (dense)"
     notes = [str(n) for n in getattr(error, "__notes__", ())]
     text = str(error) or type(error).__name__
-    if isinstance(error, FileNotFoundError) and error.filename and str(error.filename) not in text:
-        text = f"{error.filename}: {error.strerror or text}"
+    if isinstance(error, OSError) and not isinstance(error, IrflowError) and error.strerror:
+        # a raw OS error (a file that vanished, a read-only folder): the path, what went wrong, the fix
+        text = explain_os_error(error)
+        if error.filename2 is not None:
+            text += f" (and {error.filename2})"
     return "; ".join([text] + notes)
 
 
 class IrflowGroup(click.Group):
-    """A click group that turns user mistakes (IrflowError, missing files) into clean errors."""
+    """A click group that turns user mistakes into one paragraph on stderr: exit status 1, no traceback.
+
+    User mistakes are every :class:`IrflowError` and every ``OSError`` (a
+    file missing, unreadable, a directory, on a full or read-only disk).
+    Anything else is a bug in irflow and keeps its traceback.
+    """
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (IrflowError, FileNotFoundError) as error:
+        except (IrflowError, OSError) as error:
             raise UserError(_message(error)) from None
 
 
@@ -76,7 +85,7 @@ def parse_sets(ctx: click.Context | None, param: click.Parameter | None, values:
             raise click.BadParameter(f"{item!r} is not NAME=VALUE (e.g. --set k=5 --set mode=hybrid)",
                                      ctx=ctx, param=param)
         try:
-            out[name] = json.loads(raw)
+            out[name] = _json_value(raw, f"--set {name}")
         except json.JSONDecodeError as error:
             if raw.lstrip().startswith(("{", "[")):  # meant as JSON: say it did not parse, not "must be a table"
                 raise click.BadParameter(
@@ -97,11 +106,19 @@ def _set_label(name: str, value: Any) -> str:
     return f"--set {name}={value if isinstance(value, str) else json.dumps(value)}"
 
 
+def _json_value(raw: str, where: str) -> Any:
+    """``raw`` parsed as JSON within irflow's nesting and number limits (a clear usage error beyond them)."""
+    try:
+        return loads_json(raw, where)
+    except InputError as error:
+        raise click.BadParameter(str(error)) from None
+
+
 def _json_option(value: str | None, what: str) -> Any:
     if value is None:
         return None
     try:
-        return json.loads(value)
+        return _json_value(value, what)
     except json.JSONDecodeError as error:
         raise click.BadParameter(f"{what} must be JSON, e.g. '{{\"owner\": \"me\"}}' ({error.msg})") from None
 
@@ -220,10 +237,7 @@ def run(recipe: str, corpus_path: str, queries: tuple[str, ...], settings: dict[
         raise UserError(error.message(_set_label)) from None
     per_query = result.hits
     if trace_path is not None:
-        try:
-            result.trace.dump(trace_path)
-        except OSError as error:  # a missing folder, no permission: the user's to fix
-            raise UserError(f"cannot write the trace to {trace_path}: {error.strerror or error}") from None
+        result.trace.dump(trace_path)  # atomic; an OutputError names the file and the fix
         click.echo(f"trace written to {trace_path} ({len(result.trace)} stages, {len(queries)} "
                    f"quer{'y' if len(queries) == 1 else 'ies'})", err=True)
     explanations = [[result.explain(hit, query=q) for hit in hits[:explain_n]] for q, hits in enumerate(per_query)]
@@ -326,7 +340,7 @@ def parse_sweeps(ctx: click.Context | None, param: click.Parameter | None,
         parsed = []
         for piece in pieces:
             try:
-                parsed.append(json.loads(piece))
+                parsed.append(_json_value(piece, f"--sweep {name}"))
             except json.JSONDecodeError:
                 parsed.append(piece)
         out[name] = parsed
@@ -391,8 +405,10 @@ def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: st
     if runs_dir is not None:
         try:
             written = result.write_runs(runs_dir)
-        except OSError as error:
-            raise UserError(f"cannot write the runs to {runs_dir}: {error.strerror or error}") from None
+        except IrflowError:  # an OutputError names the run file and the fix
+            raise
+        except OSError as error:  # the folder could not be made
+            raise UserError(f"cannot write the runs: {explain_os_error(error)}") from None
         click.echo(f"{len(written)} run file{'' if len(written) == 1 else 's'} written to {runs_dir}", err=True)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))

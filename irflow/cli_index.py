@@ -30,6 +30,8 @@ from typing import Any
 import attrs
 
 from irflow.datasets import DatasetError, document_records, parse_document
+from irflow.errors import InputError
+from irflow.fileio import loads_json, open_regular, read_lines
 from irflow.progress import bar
 from irflow.records import Record
 from irflow.stage import closest
@@ -164,9 +166,9 @@ def read_record_file(path: str | Path, *, title_mode: str = "prepend", progress:
     first_line = 0
     doc_line: dict[str, int] = {}
     lines = 0
-    with open(path, "rb") as handle, bar(progress, f"reading {path.name}", total=size, unit="B",
-                                         unit_scale=True) as shown:
-        for number, raw in enumerate(handle, start=1):
+    with open_regular(path, "records file") as handle, bar(progress, f"reading {path.name}", total=size, unit="B",
+                                                            unit_scale=True) as shown:
+        for number, raw in read_lines(handle, str(path), "records file"):
             shown.update(len(raw))
             try:
                 # utf-8-sig on the first line: a byte-order mark is not part of the data
@@ -180,12 +182,12 @@ def read_record_file(path: str | Path, *, title_mode: str = "prepend", progress:
                 continue
             lines += 1
             try:
-                obj = json.loads(line)
+                obj = loads_json(line, f"line {number}")  # bounded nesting and digits
             except json.JSONDecodeError as error:
                 bad.append(BadLine(number, "json", f"not JSON ({error.msg} at column {error.colno})"))
                 continue
-            except RecursionError:
-                bad.append(BadLine(number, "json", "JSON nested too deeply"))
+            except InputError as error:
+                bad.append(BadLine(number, "json", str(error).removeprefix(f"line {number}: ")))
                 continue
             if not isinstance(obj, dict):
                 bad.append(BadLine(number, "shape", f"{_type(obj)}, not an object; each line must be one JSON "

@@ -431,6 +431,11 @@ class Corpus:
         if queries.ndim != 2:
             raise EmbedderError(f"query vectors must be a (q, dim) array, got shape {queries.shape}")
         check_dimension("the query vectors", int(queries.shape[1]), self.dim)
+        bad = np.flatnonzero(~np.isfinite(queries).all(axis=1))
+        if bad.size:  # NaN scores every row -inf: the "top" rows would be arbitrary
+            raise EmbedderError(f"query vector {int(bad[0])} holds NaN or infinite values ({bad.size} of "
+                                f"{len(queries)} vectors); a query vector must be finite — check the embedder "
+                                f"({self._embedder_label()}) or the vectors passed in")
         return _dense.dense_topk(vectors, queries, self._effective_mask(mask), fetch_k)
 
     def bm25_topk(

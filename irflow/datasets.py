@@ -30,7 +30,8 @@ from typing import Any, Iterable, Iterator, Literal, Mapping
 
 import attrs
 
-from irflow.errors import IrflowError
+from irflow.errors import InputError
+from irflow.fileio import decode_utf8, loads_json, open_regular, read_lines, shown, write_atomic
 from irflow.records import Record
 
 __all__ = [
@@ -58,8 +59,8 @@ TITLE_MODES: tuple[str, ...] = ("prepend", "separate", "ignore")
 _CHUNK = 1 << 20  # bytes read at a time when hashing a file
 
 
-class DatasetError(IrflowError, ValueError):
-    """A collection, qrels or run file is missing or malformed; names the file and line."""
+class DatasetError(InputError):
+    """A collection, qrels or run file is missing or malformed; names the file and line (an InputError)."""
 
 
 def _where(path: Path, line: int | None = None) -> str:
@@ -237,21 +238,20 @@ class _HashingLines:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.hash = hashlib.blake2b(digest_size=16)
-        try:
-            st = path.stat()
-        except FileNotFoundError:
-            raise DatasetError(f"{path} does not exist") from None
+        if not os.path.lexists(path):
+            raise DatasetError(f"{path} does not exist")
+        # a regular file (not a directory, a FIFO, a device), readable: DatasetError naming it otherwise
+        self.handle = open_regular(path, "collection file", error=DatasetError)
+        st = os.fstat(self.handle.fileno())
         self.size, self.mtime_ns = st.st_size, st.st_mtime_ns
 
     def __iter__(self) -> Iterator[tuple[int, str]]:
-        with open(self.path, "rb") as handle:
-            for number, raw in enumerate(handle, start=1):
+        with self.handle as handle:
+            for number, raw in read_lines(handle, str(self.path), "collection file", error=DatasetError):
                 self.hash.update(raw)
-                try:
-                    # utf-8-sig on the first line: a byte-order mark is not part of the data
-                    yield number, raw.decode("utf-8-sig" if number == 1 else "utf-8")
-                except UnicodeDecodeError as exc:
-                    raise DatasetError(f"{_where(self.path, number)}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+                # utf-8-sig on the first line: a byte-order mark is not part of the data
+                yield number, decode_utf8(raw, _where(self.path, number), "file", error=DatasetError,
+                                          bom=number == 1)
 
     def stamp(self) -> FileStamp:
         return FileStamp(self.path, self.hash.hexdigest(), self.size, self.mtime_ns)
@@ -281,7 +281,7 @@ def file_digest(path: str | os.PathLike[str]) -> str:
 
 def _json_object(path: Path, number: int, line: str, what: str) -> dict[str, Any]:
     try:
-        value = json.loads(line)
+        value = loads_json(line, _where(path, number), error=DatasetError)  # bounded nesting and digits
     except json.JSONDecodeError as exc:
         raise DatasetError(f"{_where(path, number)}: not valid JSON ({exc.msg} at column {exc.colno}); each line must be one {what} object") from None
     if not isinstance(value, dict):
@@ -295,7 +295,7 @@ def _id_field(where: str, obj: Mapping[str, Any]) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
     if not isinstance(value, str) or not value:
-        raise DatasetError(f"{_at(where)}'_id' must be a non-empty string, got {value!r}")
+        raise DatasetError(f"{_at(where)}'_id' must be a non-empty string, got {shown(value)}")
     return value
 
 
@@ -304,7 +304,7 @@ def _str_field(where: str, obj: Mapping[str, Any], key: str, required: bool) -> 
     if value is None and not required:
         return ""
     if not isinstance(value, str):
-        raise DatasetError(f"{_at(where)}'{key}' must be a string, got {value!r}")
+        raise DatasetError(f"{_at(where)}'{key}' must be a string, got {shown(value)}")
     return value
 
 
@@ -347,7 +347,7 @@ def _grade(path: Path, number: int, text: str) -> int:
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value != int(value):
-        raise DatasetError(f"{_where(path, number)}: relevance grade {text!r} is not an integer")
+        raise DatasetError(f"{_where(path, number)}: relevance grade {shown(text)} is not an integer")
     return int(value)
 
 
@@ -411,7 +411,7 @@ def load_beir(path: str | os.PathLike[str], split: str = "test", *, name: str | 
     if not root.is_dir():
         raise DatasetError(f"{root} is not a directory; a BEIR collection is a directory with corpus.jsonl, queries.jsonl and qrels/<split>.tsv")
     qrels_path = root / "qrels" / f"{split}.tsv"
-    if not qrels_path.is_file():
+    if not os.path.lexists(qrels_path):  # present but not a file: the reader names what it is
         available = sorted(p.stem for p in (root / "qrels").glob("*.tsv"))
         raise DatasetError(f"{qrels_path} does not exist; splits available in {root / 'qrels'}: {available or 'none'}")
     documents, corpus_stamp = _read_corpus(root / "corpus.jsonl")
@@ -477,7 +477,7 @@ def read_trec_run(path: str | os.PathLike[str]) -> dict[str, dict[str, float]]:
         except ValueError:
             score = math.nan
         if math.isnan(score):
-            raise DatasetError(f"{_where(path, number)}: score {score_text!r} is not a number")
+            raise DatasetError(f"{_where(path, number)}: score {shown(score_text)} is not a number")
         if (qid, doc_id) in lines_of:
             raise DatasetError(f"{_where(path, number)}: document {doc_id!r} appears twice for query {qid!r} (first on line {lines_of[qid, doc_id]})")
         lines_of[qid, doc_id] = number
@@ -513,8 +513,5 @@ def write_trec_run(path: str | os.PathLike[str], run: Mapping[str, Mapping[str, 
 
 
 def _write_text(path: Path, text: str) -> None:
-    # write then rename, so a reader never sees half a run file
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    # a temporary file renamed into place: a reader never sees half a run file, a failed write leaves the old one
+    write_atomic(path, text, "run file")

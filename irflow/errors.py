@@ -99,6 +99,30 @@ class ParameterError(RecipeError):
         return str(self.args[0])
 
 
+class InputError(IrflowError, ValueError):
+    """A file or value the caller gave is unreadable, too large, too deeply nested or malformed.
+
+    The message names the file (and line) or the argument, what is wrong,
+    the limit when one was passed, and the fix.  Parent of the errors of
+    specific inputs (trace files, test collections).
+    """
+
+
+class ArgumentError(InputError, TypeError):
+    """An API argument has the wrong type (``corpus=None``, a dict as a query batch).
+
+    Also a ``TypeError``, what a Python caller checks first for a wrong type.
+    """
+
+
+class OutputError(IrflowError, OSError):
+    """A file could not be written (a missing or read-only folder, a full disk); names the file and the fix.
+
+    Nothing was changed: irflow writes through a temporary file renamed into
+    place, so the previous file, if any, is intact.  Also an ``OSError``.
+    """
+
+
 class StageError(IrflowError):
     """A stage failed while running; names the stage and its kind."""
 

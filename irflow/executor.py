@@ -24,6 +24,7 @@ For a run it
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Mapping
@@ -34,7 +35,8 @@ import numpy as np
 
 from irflow.batches import Candidates, QueryBatch, frozen_array
 from irflow.cachekey import UnkeyableError, cache_key
-from irflow.errors import RecipeError, StageError
+from irflow.errors import ArgumentError, RecipeError, StageError
+from irflow.fileio import check_nesting
 from irflow.ports import CANDIDATES, HITS, MASK, QUERIES, QUERY, PortType
 from irflow.recipe import QUERY_NODE
 
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
     from irflow.recipe import Recipe
     from irflow.result import Result
 
-__all__ = ["run_recipe", "StageCache", "StageEvent", "TraceRecorder", "INACTIVE", "is_inactive"]
+__all__ = ["run_recipe", "check_corpus", "StageCache", "StageEvent", "TraceRecorder", "INACTIVE", "is_inactive"]
 
 
 class _Inactive:
@@ -182,17 +184,24 @@ class StageCache:
 # --------------------------------------------------------------------------
 
 
+def check_corpus(corpus: Any, where: str) -> None:
+    """ArgumentError when ``corpus`` is plainly not a corpus object (None, a path, a dict, a number...).
+
+    Caught here, by its type, rather than as an AttributeError deep in the
+    first stage; any object with the corpus protocol passes.
+    """
+    if corpus is None or isinstance(corpus, (str, bytes, os.PathLike, Mapping, list, tuple, int, float)):
+        fix = ("open it first: irflow.open_corpus(path)" if isinstance(corpus, (str, bytes, os.PathLike))
+               else "build one with irflow.build(records) or open one with irflow.open_corpus(path)")
+        raise ArgumentError(f"{where} needs a corpus, got {type(corpus).__name__}; {fix}")
+
+
 def _batch(query_or_queries: Any) -> tuple[QueryBatch, bool]:
     if isinstance(query_or_queries, str):
         return QueryBatch.of([query_or_queries]), True
     if isinstance(query_or_queries, QueryBatch):
         return query_or_queries, False
-    try:
-        texts = list(query_or_queries)
-    except TypeError:
-        raise TypeError(f"a query must be a string or a list of strings, got {type(query_or_queries).__name__}") \
-            from None
-    return QueryBatch.of(texts), False
+    return QueryBatch.of(query_or_queries), False  # ArgumentError for a dict, a set, bytes, a non-iterable
 
 
 def _check_output(value: Any, expected: PortType, corpus: Any) -> str | None:
@@ -260,8 +269,11 @@ def run_recipe(recipe: "Recipe", corpus: Any, query_or_queries: Any, *, trace: b
     from irflow.stage import StageContext
 
     pipeline = recipe.pipeline()
+    for name, value in (params or {}).items():  # freezing and hashing parameters recurse: bound the depth first
+        check_nesting(value, f"recipe {recipe.name!r}: parameter {name!r}")
     values = recipe.resolve_params(params)
     batch, single = _batch(query_or_queries)
+    check_corpus(corpus, f"recipe {recipe.name!r}")
     injected = _check_overrides(pipeline, overrides or {}, batch, corpus)
     target = output or recipe.output
     if target not in pipeline.classes:

@@ -19,6 +19,7 @@ labels for the columns irflow's own stages write::
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -203,6 +204,10 @@ def _position(candidates: Candidates, query: int, row: int) -> int | None:
     return int(hits[np.argmin(candidates.rank[hits])])  # argmin keeps the first of equal ranks
 
 
+def _is_real(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= sys.float_info.max
+
+
 def _rrf_note(step: Step, params: Mapping[str, Any], inputs: Sequence[str]) -> str:
     """``fused = dense 1/(60+3) + lexical 1/(60+1)`` for an rrf fuse, from the record's input ranks."""
     if params.get("method", "rrf") != "rrf" or not inputs:
@@ -212,6 +217,8 @@ def _rrf_note(step: Step, params: Mapping[str, Any], inputs: Sequence[str]) -> s
         return "passed through unfused (the other inputs were empty for this query)"
     weights = params.get("weights") or {}
     rrf_k = params.get("rrf_k", 60)
+    if not isinstance(weights, Mapping) or not all(_is_real(v) for v in (rrf_k, *weights.values())):
+        return ""  # parameters of an edited trace file: the note is optional, the explanation stands without it
     terms = []
     for name in inputs:
         rank = values.get(f"{step.stage}.{name}.rank")

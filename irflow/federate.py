@@ -15,7 +15,6 @@ of the list under key ``s`` contributes ``weights[s] / (rrf_k + r)``.
 
 from __future__ import annotations
 
-import math
 import numbers
 from typing import Any, Hashable, Iterable, Mapping, Sequence
 
@@ -25,6 +24,7 @@ import numpy as np
 from irflow.constants import DFLT_RRF_K, Identity
 from irflow.errors import IrflowError
 from irflow.records import SearchHit
+from irflow.stage import is_finite
 
 __all__ = ["FusionError", "fuse_hits"]
 
@@ -45,7 +45,7 @@ def _is_real(value: Any) -> bool:
 
 
 def _check_rrf_k(rrf_k: Any) -> float:
-    if not _is_real(rrf_k) or not math.isfinite(rrf_k) or rrf_k < 0:
+    if not _is_real(rrf_k) or not is_finite(rrf_k) or rrf_k < 0:
         raise FusionError(f"rrf_k must be a finite number >= 0 (standard: {DFLT_RRF_K}), got {rrf_k!r}")
     return rrf_k
 
@@ -62,7 +62,7 @@ def _check_weights(weights: Mapping[str | None, float] | None) -> Mapping[str | 
         raise FusionError(f"weights must be a mapping {{source: multiplier}} or None, got {type(weights).__name__}")
     for source, weight in weights.items():
         # Every value is checked, even for absent sources: a bad value is a bug either way.
-        if not _is_real(weight) or not math.isfinite(weight) or weight < 0:
+        if not _is_real(weight) or not is_finite(weight) or weight < 0:
             raise FusionError(f"weights[{source!r}] must be a finite number >= 0, got {weight!r}")
     return weights
 

@@ -50,6 +50,7 @@ import numpy as np
 
 from irflow.columns import KIND_BOOL, KIND_NULL, MetadataColumns, PathColumn, TypedValues, canonical_key
 from irflow.errors import FilterError
+from irflow.fileio import MAX_NESTING, check_nesting
 
 __all__ = [
     "FIELD_OPERATORS",
@@ -273,6 +274,8 @@ def normalize_filter(spec: Mapping[str, Any] | None) -> dict[str, Any]:
             f"a filter must be a mapping such as {{'owner': 'me'}} or {{'stars': {{'$gte': 10}}}}, "
             f"got {_type_name(spec)}"
         )
+    # validation recurses: bound the depth first (a filter nested 1,000 deep, or one holding itself)
+    check_nesting(spec, "the filter", limit=MAX_NESTING, error=FilterError)
     return _document(spec, "")
 
 

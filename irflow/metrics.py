@@ -133,6 +133,9 @@ def parse_metric(spec: str | Metric) -> Metric:
     if name is None:
         raise EvaluationError(f"unknown metric {spec!r}; valid forms: {_VALID_FORMS}")
     k = match.group(2)
+    if k is not None and len(k) > 18:  # int() refuses 4300+ digits; no ranking is deeper than 10**18
+        raise EvaluationError(f"metric {spec[:40]!r}...: the cutoff has {len(k)} digits; a cutoff is a positive "
+                              f"integer such as 10 or 1000; valid forms: {_VALID_FORMS}")
     if k is not None and int(k) < 1:
         raise EvaluationError(f"metric {spec!r}: the cutoff must be a positive integer; valid forms: {_VALID_FORMS}")
     return Metric(name, None if k is None else int(k))

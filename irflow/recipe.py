@@ -60,6 +60,7 @@ Rules worth knowing:
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib.resources
 import math
 import os
@@ -72,6 +73,7 @@ from typing import Any
 import attrs
 
 from irflow.errors import ParameterError, RecipeError
+from irflow.fileio import MAX_NESTING, MAX_TEXT_BYTES, check_nesting, read_text, too_many_digits, write_atomic
 from irflow.stage import closest, non_negative_int, positive_int
 
 if sys.version_info >= (3, 11):
@@ -376,8 +378,10 @@ class Recipe:
         """A recipe from its canonical dict form (what :meth:`to_dict` returns).
 
         With ``validate`` (default) every problem — structural or semantic —
-        is raised together in one :class:`RecipeError`.
+        is raised together in one :class:`RecipeError`.  Data nested deeper
+        than :data:`irflow.fileio.MAX_NESTING` is refused before it is read.
         """
+        check_nesting(data, source, error=_file_error(source))
         recipe = _parse(data, source)
         if validate:
             recipe.validate()
@@ -392,17 +396,40 @@ class Recipe:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as error:
             raise RecipeError(f"{source}: not valid TOML: {error}", source=source) from None
+        except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+            raise RecipeError(f"{source}: not valid TOML: nested too deeply; the limit is {MAX_NESTING} levels "
+                              "(flatten the value)", source=source) from None
+        except ValueError:  # an integer beyond Python's digit limit
+            raise RecipeError(f"{source}: not valid TOML: {too_many_digits()}", source=source) from None
         return cls.from_dict(data, source=source, validate=validate)
 
     @classmethod
     def from_yaml(cls, text: str, *, source: str = "<yaml>", validate: bool = True) -> "Recipe":
-        """A recipe from YAML text (``yaml.safe_load``: YAML can never build Python objects)."""
+        """A recipe from YAML text (a safe loader: YAML can never build Python objects).
+
+        Anchors and aliases (``&name`` / ``*name``) are refused: a recipe
+        rarely needs them, and expanding them is how a 1 KB file becomes
+        gigabytes ("billion laughs").  Nesting is limited to
+        :data:`irflow.fileio.MAX_NESTING` levels.
+        """
         import yaml
 
+        loader = _recipe_yaml_loader()(text)
+        loader.recipe_source = source
         try:
-            data = yaml.safe_load(text)
+            data = loader.get_single_data()
+        except RecipeError:  # an alias, an anchor, too deep: the loader's own words
+            raise
         except yaml.YAMLError as error:
             raise RecipeError(f"{source}: not valid YAML: {error}", source=source) from None
+        except RecursionError:
+            raise RecipeError(f"{source}: not valid YAML: nested too deeply; the limit is {MAX_NESTING} levels "
+                              "(flatten the value)", source=source) from None
+        except ValueError as error:  # a constructor refused a scalar: an integer beyond Python's digit limit...
+            reason = too_many_digits() if "digits" in str(error) else str(error)
+            raise RecipeError(f"{source}: not valid YAML: {reason}", source=source) from None
+        finally:
+            loader.dispose()
         if not isinstance(data, Mapping):
             raise RecipeError(f"{source}: a recipe file must hold a mapping with the keys "
                               f"{', '.join(_TOP_KEYS)}; got {type(data).__name__}", source=source)
@@ -473,8 +500,7 @@ class Recipe:
             text = self.to_yaml()
         else:
             raise ValueError(f"cannot tell the format of {path}: use a .toml, .yaml or .yml suffix")
-        path.write_text(text, encoding="utf-8")
-        return path
+        return write_atomic(path, text, "recipe file")  # never a half-written recipe over a good one
 
     # -- validation, graph, run ----------------------------------------------
 
@@ -979,10 +1005,12 @@ def load_recipe(path_or_name: str | os.PathLike[str] | Recipe, *, validate: bool
         return path_or_name.validate() if validate else path_or_name
     text_path = os.fspath(path_or_name)
     path = Path(text_path)
-    if path.suffix in _SUFFIXES or path.exists() or os.sep in text_path or "/" in text_path:
-        if not path.is_file():
+    # a bare name that is a folder here (./hybrid/) does not hide the built-in recipe of that name
+    if path.suffix in _SUFFIXES or (path.exists() and not path.is_dir()) or os.sep in text_path or "/" in text_path:
+        if not os.path.lexists(text_path):
             raise RecipeError(f"{text_path}: no such recipe file", source=text_path)
-        return _load_text(path.read_text(encoding="utf-8"), path.suffix, text_path, validate)
+        text = read_text(path, "recipe file", max_bytes=MAX_TEXT_BYTES, error=_file_error(text_path))
+        return _load_text(text, path.suffix, text_path, validate)
     folder = _recipes_dir()
     for suffix in _SUFFIXES:
         entry = folder / f"{text_path}{suffix}"
@@ -992,6 +1020,42 @@ def load_recipe(path_or_name: str | os.PathLike[str] | Recipe, *, validate: bool
     raise RecipeError(f"{text_path!r} is neither a recipe file nor a built-in recipe"
                       f"{_did_you_mean(text_path, known)}; built-in recipes: {_listing(known)} "
                       "(a file path needs a .toml, .yaml or .yml suffix)", source=text_path)
+
+
+def _file_error(source: str) -> Any:
+    """An error factory for :mod:`irflow.fileio`: its messages as a RecipeError about ``source``."""
+    return lambda message: RecipeError(message, source=source)
+
+
+@functools.lru_cache(maxsize=1)
+def _recipe_yaml_loader() -> type:
+    """PyYAML's safe loader, refusing anchors and aliases and limiting nesting (built once, lazily)."""
+    import yaml
+
+    class RecipeLoader(yaml.SafeLoader):
+        recipe_source = "<yaml>"
+        _depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            event = self.peek_event()
+            line = event.start_mark.line + 1 if event.start_mark is not None else "?"
+            where = f"{self.recipe_source} line {line}"
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+                mark = f"*{event.anchor}" if isinstance(event, yaml.AliasEvent) else f"&{event.anchor}"
+                raise RecipeError(f"{where}: YAML anchors and aliases ({mark}) are not allowed in recipe files; "
+                                  "write the value out where it is used (a recipe rarely repeats one, and "
+                                  "expanding aliases is how a small file becomes gigabytes)",
+                                  source=self.recipe_source)
+            self._depth += 1
+            try:
+                if self._depth > MAX_NESTING:
+                    raise RecipeError(f"{where}: nested more than {MAX_NESTING} levels deep, the limit "
+                                      "(flatten the value)", source=self.recipe_source)
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+
+    return RecipeLoader
 
 
 def _load_text(text: str, suffix: str, source: str, validate: bool) -> Recipe:

@@ -39,7 +39,8 @@ from irflow.constants import (
     Retriever,
     ScoreBoost,
 )
-from irflow.errors import IrflowError, NoLedgerEntry
+from irflow.errors import ArgumentError, IrflowError, NoLedgerEntry
+from irflow.executor import check_corpus
 from irflow.federate import fuse_hits
 from irflow.ledger import records_for_artifact
 from irflow.recipe import Recipe, load_recipe
@@ -87,6 +88,7 @@ def _open(corpus: Any) -> Any:
         from irflow.corpus import open_corpus  # imported here: searching an open corpus never needs it
 
         return open_corpus(corpus)
+    check_corpus(corpus, "search()")
     return corpus
 
 
@@ -94,6 +96,10 @@ def _surfaces(surfaces: Iterable[str] | str | None) -> tuple[str, ...] | str | N
     # the seed takes any iterable of kinds; a recipe parameter must be a list (or one kind)
     if surfaces is None or isinstance(surfaces, str):
         return surfaces
+    if isinstance(surfaces, (Mapping, bytes)) or not isinstance(surfaces, Iterable):
+        # iterating a dict would pass its keys, silently; a number is no list of kinds
+        raise ArgumentError(f"surfaces must be a surface kind or a list of kinds (e.g. ['name', 'readme']), "
+                            f"got {type(surfaces).__name__}")
     return tuple(surfaces)
 
 
@@ -160,7 +166,7 @@ def search(
 
     check_surface_weights(surface_weights)  # the argument's own message, not the recipe stage's
     if not isinstance(query, str):
-        raise TypeError(f"search() takes one query string, got {type(query).__name__}; for a batch of "
+        raise ArgumentError(f"search() takes one query string, got {type(query).__name__}; for a batch of "
                         "queries run irflow.load_recipe(\"search\").run(corpus, [q1, q2, ...])")
     result = recipe.run(
         _open(corpus), query, k=k, filter=filter, surfaces=_surfaces(surfaces), per_artifact=per_artifact,

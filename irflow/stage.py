@@ -260,6 +260,14 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
+def is_finite(value: Any) -> bool:
+    """A finite number a float can hold: False for NaN, inf and ints like 10**400 (where math.isfinite raises)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def positive_int(instance: Any, attribute: Any, value: Any) -> None:
     """An integer >= 1."""
     if not _is_int(value) or value < 1:
@@ -274,19 +282,19 @@ def non_negative_int(instance: Any, attribute: Any, value: Any) -> None:
 
 def finite_number(instance: Any, attribute: Any, value: Any) -> None:
     """A finite int or float."""
-    if not _is_number(value) or not math.isfinite(value):
+    if not _is_number(value) or not is_finite(value):
         raise ValueError(f"must be a finite number, {_got(value)}")
 
 
 def non_negative_number(instance: Any, attribute: Any, value: Any) -> None:
     """A finite number >= 0."""
-    if not _is_number(value) or not math.isfinite(value) or value < 0:
+    if not _is_number(value) or not is_finite(value) or value < 0:
         raise ValueError(f"must be a finite number >= 0, {_got(value)}")
 
 
 def positive_number(instance: Any, attribute: Any, value: Any) -> None:
     """A finite number > 0."""
-    if not _is_number(value) or not math.isfinite(value) or value <= 0:
+    if not _is_number(value) or not is_finite(value) or value <= 0:
         raise ValueError(f"must be a finite number > 0, {_got(value)}")
 
 
@@ -337,7 +345,7 @@ def number_mapping(instance: Any, attribute: Any, value: Any) -> None:
     for key, number in value.items():
         if not isinstance(key, str):
             raise ValueError(f"keys must be strings, got {key!r}")
-        if not _is_number(number) or not math.isfinite(number) or number < 0:
+        if not _is_number(number) or not is_finite(number) or number < 0:
             raise ValueError(f"values must be finite numbers >= 0; {key!r} is {number!r}")
 
 

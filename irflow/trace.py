@@ -50,6 +50,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
@@ -58,23 +59,48 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import numpy as np
 
-from irflow.batches import Candidates, QueryBatch
-from irflow.errors import IrflowError
+from irflow.batches import Candidates, QueryBatch, Scale
+from irflow.errors import InputError, IrflowError
 from irflow.executor import INACTIVE, StageEvent, TraceRecorder
+from irflow.fileio import MAX_NESTING, atomic_writer, check_nesting, decode_utf8, open_regular, read_lines, \
+    shown, too_many_digits
+from irflow.stage import is_finite
 from irflow.table import render_table
 
 if TYPE_CHECKING:
     from irflow.explain import Explanation
 
 __all__ = ["Trace", "StageView", "Summary", "Diff", "Change", "diff", "TraceError", "NotInTrace", "jsonable",
-           "FORMAT", "FORMAT_VERSION"]
+           "FORMAT", "FORMAT_VERSION", "MAX_TRACE_BYTES", "MAX_STRING_ITEMSIZE", "MAX_COLUMN_BYTES"]
 
 FORMAT = "irflow-trace"
 FORMAT_VERSION = 1
 
+#: The largest trace file :meth:`Trace.load` reads (its lines are held in memory): 1 GiB.
+MAX_TRACE_BYTES = 1 << 30
+#: The widest fixed-width string provenance column a trace file may declare (``"<U1024"``, ``"|S1024"``).
+MAX_STRING_ITEMSIZE = 1024
+#: The most memory one provenance column of a loaded trace may take: 256 MiB.
+MAX_COLUMN_BYTES = 256 << 20
+#: Rows, ranks and query indexes read from a trace are below this (numpy int64 holds them).
+_MAX_INDEX = 1 << 62
 
-class TraceError(IrflowError, ValueError):
-    """A trace file is unreadable, or a trace operation got an unusable argument."""
+# the dtypes Trace.dump writes for provenance columns (numpy's dtype.str): bool, ints, floats, object,
+# fixed-width strings; anything else in a file (void, datetime, structured, "<U5000000"...) is refused
+_DTYPE = re.compile(r"^[<>|=]?(?:b1|[iu][1248]|f[248]|O|[US]([1-9][0-9]{0,9}))\Z")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_SCALES = tuple(scale.value for scale in Scale)
+
+
+class TraceError(InputError):
+    """A trace file is unreadable or malformed, or a trace operation got an unusable argument.
+
+    An :class:`~irflow.errors.InputError` (so a ``ValueError``); names the file, the line and the fix.
+    """
+
+
+class _MissingTrace(TraceError, FileNotFoundError):
+    """The trace file does not exist (also a ``FileNotFoundError``)."""
 
 
 class NotInTrace(IrflowError, KeyError):
@@ -134,15 +160,37 @@ def _encode_column(column: np.ndarray) -> list[Any]:
     return column.tolist()
 
 
-def _decode_column(values: Sequence[Any], dtype: str) -> np.ndarray:
-    dt = np.dtype(dtype)
-    if dt.kind == "f":
-        return np.array([np.nan if v is None else float(v) for v in values], dtype=dt)
-    if dt.kind == "O":
-        out = np.empty(len(values), dtype=object)
-        out[:] = list(values)
-        return out
-    return np.asarray(list(values), dtype=dt)
+def _decode_column(values: Sequence[Any], dtype: str, name: str = "score") -> np.ndarray:
+    """A column of a loaded trace; TraceError for a dtype off the allow-list or a value it cannot hold."""
+    dt = _column_dtype(dtype, name)
+    if dt.itemsize * len(values) > MAX_COLUMN_BYTES:
+        raise TraceError(f"column {name!r} ({dtype}) of {len(values)} entries would take "
+                         f"{dt.itemsize * len(values)} bytes, over the limit of {MAX_COLUMN_BYTES}")
+    try:
+        if dt.kind == "f":
+            return np.array([np.nan if v is None else float(v) for v in values], dtype=dt)
+        if dt.kind == "O":
+            out = np.empty(len(values), dtype=object)
+            out[:] = list(values)
+            return out
+        if dt.kind in "US" and any(not isinstance(v, str) for v in values):
+            raise TypeError("a string column holds a non-string")
+        if dt.kind in "iub" and any(not isinstance(v, (int, float)) for v in values):
+            raise TypeError("a number column holds a non-number")
+        return np.asarray(list(values), dtype=dt)
+    except (TypeError, ValueError, OverflowError) as error:
+        raise TraceError(f"column {name!r} ({dtype}) holds a value it cannot ({error})") from None
+
+
+def _column_dtype(dtype: Any, name: str) -> np.dtype:
+    match = _DTYPE.match(dtype) if isinstance(dtype, str) else None
+    if match is None:
+        raise TraceError(f"column {name!r} has dtype {dtype!r}, not one a trace holds (bool, int, uint, float, "
+                         f"object, or a string of at most {MAX_STRING_ITEMSIZE} characters)")
+    if match.group(1) is not None and int(match.group(1)) > MAX_STRING_ITEMSIZE:
+        raise TraceError(f"column {name!r} has dtype {dtype!r}: strings of {match.group(1)} characters, over the "
+                         f"limit of {MAX_STRING_ITEMSIZE}")
+    return np.dtype(dtype)
 
 
 # --------------------------------------------------------------------------
@@ -279,7 +327,7 @@ def _restore(parts: Sequence[Mapping[str, Any]], originals: tuple[str, ...]) -> 
     order = np.lexsort((rank, query_index))  # the ranking order within each query text
     cands = [entries[i][1] for i in order.tolist()]
     columns = first.get("columns", {})
-    provenance = {name: _decode_column([c["provenance"].get(name) for c in cands], dtype)
+    provenance = {name: _decode_column([c["provenance"].get(name) for c in cands], dtype, name)
                   for name, dtype in columns.items()}
     return Candidates(queries, query_index[order], [c["row"] for c in cands],
                       _decode_column([c["score"] for c in cands], "<f8"), first["scale"], provenance)
@@ -405,37 +453,70 @@ class Trace(TraceRecorder):
         return line
 
     def dump(self, path: str | os.PathLike[str]) -> Path:
-        """Write the trace as JSON Lines (schema in the module docstring); returns the path."""
+        """Write the trace as JSON Lines (schema in the module docstring); returns the path.
+
+        Atomic: the lines go to a temporary file in the same folder, renamed
+        over ``path`` once complete, so a failed dump leaves the previous
+        file as it was.  Any ``str`` is written: a lone surrogate (argv bytes
+        that were not UTF-8) is stored as its ``\\uXXXX`` escape and loads
+        back as the same string.
+        """
         path = Path(path)
-        with path.open("w", encoding="utf-8") as out:
+        with atomic_writer(path, "trace") as out:
             for record in self.records():
-                out.write(json.dumps(record, ensure_ascii=False, allow_nan=False))
-                out.write("\n")
+                out.write(_json_line(record))
         return path
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> "Trace":
-        """Read a trace written by :meth:`dump` (TraceError naming the file and line when it cannot)."""
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: no such trace file (write one with irflow run --trace FILE, "
-                                    "or Trace.dump(path))")
-        lines = []
-        with path.open(encoding="utf-8") as handle:
-            for number, text in enumerate(handle, start=1):
+    def load(cls, path: str | os.PathLike[str], *, max_bytes: int = MAX_TRACE_BYTES) -> "Trace":
+        """Read a trace written by :meth:`dump` (TraceError naming the file and line when it cannot).
+
+        Refuses, before allocating: a file larger than ``max_bytes``, a
+        line nested deeper than :data:`~irflow.fileio.MAX_NESTING`, a
+        provenance dtype off the allow-list or wider than
+        :data:`MAX_STRING_ITEMSIZE`, fields of the wrong type.
+        """
+        name = os.fspath(path)
+        if not os.path.lexists(name):
+            raise _MissingTrace(f"{name}: no such trace file (write one with irflow run --trace FILE, "
+                                "or Trace.dump(path))")
+        lines, numbers = [], []
+        with open_regular(name, "trace file", error=TraceError) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > max_bytes:
+                raise TraceError(f"{name}: the trace file has {size} bytes, over the limit of {max_bytes}; "
+                                 "pass Trace.load(path, max_bytes=...) to read it anyway")
+            for number, raw in read_lines(handle, name, "trace file", max_line_bytes=max_bytes, error=TraceError):
+                text = decode_utf8(raw, f"{name} line {number}", "trace file", error=TraceError, bom=number == 1)
                 if not text.strip():
                     continue
+                where = f"{name}:{number}"
+                # json's C parser guards its own recursion (RecursionError below); what loading keeps of
+                # free-form fields is bounded by from_records, so no pre-scan of these long lines is needed
                 try:
                     lines.append(json.loads(text))
                 except json.JSONDecodeError as error:
-                    raise TraceError(f"{path}:{number}: not JSON ({error.msg}); is this an irflow trace "
+                    raise TraceError(f"{where}: not JSON ({error.msg}); is this an irflow trace "
                                      "(irflow run --trace FILE)?") from None
-        return cls.from_records(lines, source=str(path))
+                except RecursionError:
+                    raise TraceError(f"{where}: nested too deeply to read; a trace line nests a few levels, "
+                                     f"and its free-form fields at most {MAX_NESTING}") from None
+                except ValueError:
+                    raise TraceError(f"{where}: {too_many_digits()}") from None
+                numbers.append(number)
+        return cls.from_records(lines, source=name, line_numbers=numbers)
 
     @classmethod
-    def from_records(cls, records: Iterable[Mapping[str, Any]], *, source: str = "<records>") -> "Trace":
-        """A trace from the dicts :meth:`records` returns (what :meth:`load` parses)."""
+    def from_records(cls, records: Iterable[Mapping[str, Any]], *, source: str = "<records>",
+                     line_numbers: Sequence[int] | None = None) -> "Trace":
+        """A trace from the dicts :meth:`records` returns (what :meth:`load` parses).
+
+        Every field is checked before it is used (types, ranges, one line
+        per stage and query, dtypes on the allow-list): a malformed record
+        is a TraceError naming ``source``, the line and the field.
+        """
         records = list(records)
+        numbers = list(line_numbers) if line_numbers is not None else list(range(1, len(records) + 1))
         if not records or not isinstance(records[0], Mapping) or records[0].get("type") != "header" \
                 or records[0].get("format") != FORMAT:
             raise TraceError(f"{source}: not an irflow trace: the first line must be the header "
@@ -445,24 +526,34 @@ class Trace(TraceRecorder):
         if version != FORMAT_VERSION:
             raise TraceError(f"{source}: trace format version {version!r}; this irflow reads version "
                              f"{FORMAT_VERSION} (re-run with --trace to write a new one)")
+        _check_header(header, f"{source}:{numbers[0]}")
         originals = tuple(header.get("queries") or ())
         by_stage: dict[str, list[Mapping[str, Any]]] = {}
         rows: dict[int, tuple[str, str, str]] = {}
         events: list[StageEvent] = []
+        where = source
         try:
-            for number, line in enumerate(records[1:], start=2):
+            for number, line in zip(numbers[1:], records[1:]):
+                where = f"{source}:{number}"
                 if not isinstance(line, Mapping) or line.get("type") != "stage" or "stage" not in line:
-                    raise TraceError(f"{source}:{number}: expected a stage line {{\"type\": \"stage\", ...}}")
+                    raise TraceError(f"{where}: expected a stage line {{\"type\": \"stage\", ...}}")
+                _check_stage_line(line, len(originals))
                 by_stage.setdefault(line["stage"], []).append(line)
                 for candidate in _all_candidates(line):
                     rows[int(candidate["row"])] = (candidate["record_id"], candidate["artifact_id"],
                                                    candidate["surface_kind"])
             for name, lines in by_stage.items():
-                events.append(_event_from_lines(name, sorted(lines, key=lambda line: line["query_index"]), originals))
-        except TraceError:
-            raise
-        except (KeyError, TypeError, ValueError, IndexError) as error:
-            raise TraceError(f"{source}: a stage line is malformed ({type(error).__name__}: {error}); "
+                where = f"{source}: stage {name!r}"
+                lines = sorted(lines, key=lambda line: line["query_index"])
+                if [line["query_index"] for line in lines] != list(range(len(originals))):
+                    raise TraceError(f"needs one line per query (query_index 0..{len(originals) - 1}), got "
+                                     f"{[line['query_index'] for line in lines]}")
+                events.append(_event_from_lines(name, lines, originals))
+        except TraceError as error:
+            raise TraceError(f"{where}: a stage line is malformed: {error}; the file was not written by "
+                             "Trace.dump, or was edited") from None
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError) as error:
+            raise TraceError(f"{where}: a stage line is malformed ({type(error).__name__}: {error}); "
                              "the file was not written by Trace.dump, or was edited") from None
         trace = cls(None, QueryBatch(originals), header.get("params") or {}, None, rows=rows, header=header,
                     source=source)
@@ -529,6 +620,154 @@ def _event_from_lines(name: str, lines: Sequence[Mapping[str, Any]], originals: 
     ports = {p: tuple(s) for p, s in (first.get("ports") or {}).items()}
     return StageEvent(name, first["kind"], dict(first.get("params") or {}), inputs, ports,
                       _restore(parts, originals), first.get("elapsed_ms") or 0.0, first.get("status", "ran"))
+
+
+def _json_line(record: Mapping[str, Any]) -> bytes:
+    """One trace line as UTF-8 bytes; any ``str`` welcome."""
+    text = json.dumps(record, ensure_ascii=False, allow_nan=False)
+    if _SURROGATE.search(text) is not None:
+        # a lone surrogate cannot be encoded as UTF-8; in JSON its \\uXXXX escape is the same string
+        # (surrogates only occur inside JSON strings: every other character json.dumps writes is ASCII)
+        text = _SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+    return (text + "\n").encode("utf-8")
+
+
+# --------------------------------------------------------------------------
+# checking a loaded trace's fields before using them (each raises TraceError naming the field)
+
+
+def _is_int(value: Any, low: int = 0, high: int = _MAX_INDEX) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value < high
+
+
+def _need(ok: bool, field: str, value: Any, expected: str) -> None:
+    if not ok:
+        raise TraceError(f"field {field!r} is {shown(value)}, expected {expected}")
+
+
+def _is_text(value: Any, optional: bool = True) -> bool:
+    return isinstance(value, str) or (optional and value is None)
+
+
+def _is_score(value: Any) -> bool:
+    if value is None or isinstance(value, bool):
+        return value is None
+    if isinstance(value, str):
+        return value in ("inf", "-inf")
+    return isinstance(value, (int, float)) and is_finite(value)
+
+
+def _check_header(header: Mapping[str, Any], where: str) -> None:
+    try:
+        check_nesting(header, "the header", error=TraceError)  # kept whole (recipe_dict, params): bounded here
+        queries = header.get("queries")
+        _need(queries is None or (isinstance(queries, list) and all(isinstance(q, str) for q in queries)),
+              "queries", queries, "a list of query strings")
+        _need(header.get("params") is None or isinstance(header.get("params"), Mapping), "params",
+              header.get("params"), "an object")
+        for key in ("recipe", "corpus", "recipe_source"):
+            _need(_is_text(header.get(key)), key, header.get(key), "a string or null")
+        _need(header.get("n_rows") is None or _is_int(header.get("n_rows")), "n_rows", header.get("n_rows"),
+              "a row count or null")
+    except TraceError as error:
+        raise TraceError(f"{where}: the header is malformed: {error}; the file was not written by Trace.dump, "
+                         "or was edited") from None
+
+
+def _check_batch(batch: Any, field: str, n_queries: int) -> int:
+    """Check a reformulated batch ``{"texts", "origin"}``; its number of texts (0 when absent)."""
+    if batch is None:
+        return 0
+    _need(isinstance(batch, Mapping), field, batch, "an object {texts, origin} or null")
+    texts, origin = batch.get("texts"), batch.get("origin")
+    _need(isinstance(texts, list) and all(isinstance(t, str) for t in texts), f"{field}.texts", texts,
+          "a list of strings")
+    _need(isinstance(origin, list) and len(origin) == len(texts) and all(_is_int(o, 0, n_queries) for o in origin),
+          f"{field}.origin", origin, f"one original query index (0..{n_queries - 1}) per text")
+    return len(texts)
+
+
+def _check_candidates(part: Mapping[str, Any], field: str, n_queries: int) -> None:
+    """Check the candidate fields of one rendered value (a stage's output or one of its inputs)."""
+    scale = part.get("scale")
+    _need(scale is None or scale in _SCALES, f"{field}scale", scale, f"null or a scale: {', '.join(_SCALES)}")
+    _need(isinstance(part.get("active", True), bool), f"{field}active", part.get("active"), "true or false")
+    _need(part.get("count") is None or _is_int(part.get("count")), f"{field}count", part.get("count"),
+          "a count or null")
+    columns = part.get("columns", {})
+    _need(isinstance(columns, Mapping), f"{field}columns", columns, "an object {column: dtype}")
+    for name, dtype in columns.items():
+        _column_dtype(dtype, name)
+    n_texts = _check_batch(part.get("batch"), f"{field}batch", n_queries)
+    candidates = part.get("candidates", [])
+    _need(isinstance(candidates, list), f"{field}candidates", candidates, "a list of candidate objects")
+    # one pass per field over all candidates (a trace holds thousands): cheap generator checks, and the
+    # index of the first bad entry only when one is bad
+    if not all(type(c) is dict or isinstance(c, Mapping) for c in candidates):
+        _first_bad(candidates, lambda c: isinstance(c, Mapping), f"{field}candidates", "",
+                   "an object {record_id, artifact_id, surface_kind, row, score, rank}")
+    for key in ("record_id", "artifact_id", "surface_kind"):
+        values = [c.get(key) for c in candidates]
+        if not all(type(v) is str or v is None for v in values):
+            _first_bad(values, _is_text, f"{field}candidates", f".{key}", "a string or null")
+    for key, what in (("row", "a corpus row (an integer >= 0)"), ("rank", "a rank (an integer >= 0)")):
+        values = [c.get(key) for c in candidates]
+        if not all(type(v) is int and 0 <= v < _MAX_INDEX for v in values):
+            _first_bad(values, _is_int, f"{field}candidates", f".{key}", what)
+    values = [c.get("score") for c in candidates]
+    if not all(type(v) is float and v - v == 0.0 for v in values):  # finite floats: the common case, fast
+        _first_bad(values, _is_score, f"{field}candidates", ".score", 'a number, null, "inf" or "-inf"')
+    values = [c.get("provenance", {}) for c in candidates]
+    if not all(type(v) is dict or isinstance(v, Mapping) for v in values):
+        _first_bad(values, lambda v: isinstance(v, Mapping), f"{field}candidates", ".provenance",
+                   "an object {column: value}")
+    objects = [name for name, dtype in columns.items() if _column_dtype(dtype, name).kind == "O"]
+    if objects:  # an object column keeps its values as they are: bound their nesting
+        check_nesting([[v.get(name) for name in objects] for v in values], f"{field}candidates[*].provenance",
+                      error=TraceError)
+    subqueries = [c["subquery"] for c in candidates if "subquery" in c]
+    if subqueries and not all(_is_int(v, 0, max(n_texts, 1)) for v in subqueries):
+        _first_bad([c.get("subquery", 0) for c in candidates], lambda v: _is_int(v, 0, max(n_texts, 1)),
+                   f"{field}candidates", ".subquery", "an index into the batch's texts")
+
+
+def _first_bad(values: Sequence[Any], ok: Any, field: str, key: str, expected: str) -> None:
+    """Raise the TraceError naming the first of ``values`` that is not ``ok``."""
+    for i, value in enumerate(values):
+        _need(ok(value), f"{field}[{i}]{key}", value, expected)
+
+
+def _check_stage_line(line: Mapping[str, Any], n_queries: int) -> None:
+    """Check every field of one stage line that loading reads (TraceError naming the field)."""
+    _need(isinstance(line["stage"], str), "stage", line["stage"], "a stage name")
+    _need(isinstance(line.get("kind"), str), "kind", line.get("kind"), "a stage kind")
+    _need(_is_int(line.get("query_index"), 0, max(n_queries, 0)), "query_index", line.get("query_index"),
+          f"a query index 0..{n_queries - 1} (the header lists {n_queries} queries)")
+    _need(isinstance(line.get("status", "ran"), str), "status", line.get("status"), "a status name")
+    _need(_is_score(line.get("elapsed_ms")), "elapsed_ms", line.get("elapsed_ms"), "a number of milliseconds")
+    _need(line.get("params") is None or isinstance(line.get("params"), Mapping), "params", line.get("params"),
+          "an object")
+    ports = line.get("ports") or {}
+    _need(isinstance(ports, Mapping) and all(isinstance(v, list) and all(isinstance(s, str) for s in v)
+                                             for v in ports.values()),
+          "ports", ports, "an object {port: [upstream names]}")
+    _need(isinstance(line.get("output_type"), str), "output_type", line.get("output_type"), "a type name")
+    _need(isinstance(line.get("output", {}), Mapping), "output", line.get("output"), "an object")
+    # the free-form fields a loaded trace keeps (and renders recursively): nesting bounded
+    check_nesting(line.get("params"), "params", error=TraceError)
+    check_nesting(line.get("output"), "output", error=TraceError)
+    _check_candidates(line, "", n_queries)
+    inputs = line.get("inputs", {})
+    _need(isinstance(inputs, Mapping), "inputs", inputs, "an object {upstream: value}")
+    for name, part in inputs.items():
+        _need(isinstance(part, Mapping) and isinstance(part.get("type"), str), f"inputs.{name}", part,
+              'an object with a "type"')
+        if part["type"] == "candidates":
+            _check_candidates(part, f"inputs.{name}.", n_queries)
+        else:  # kept as a Summary of these fields
+            check_nesting(part, f"inputs.{name}", error=TraceError)
+            if part["type"] == "queries":
+                _check_batch(part.get("batch"), f"inputs.{name}.batch", n_queries)
 
 
 def _all_candidates(line: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:

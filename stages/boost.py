@@ -20,7 +20,7 @@ from irflow import registry
 from irflow.batches import Candidates, Scale
 from irflow.boosts import BoostError
 from irflow.ports import CANDIDATES, Port
-from irflow.stage import Stage, StageContext, Upstream, param, register_stage
+from irflow.stage import Stage, StageContext, Upstream, is_finite, param, register_stage
 
 from ._util import callable_or_name
 
@@ -51,12 +51,17 @@ class Boost(Stage):
             return candidates
         hit = ctx.corpus.hit
         # a ScoreBoost is a per-hit Python callable; the fetched list is small
-        values = np.fromiter((boost(hit(row, score)) for row, score in
-                              zip(candidates.row.tolist(), candidates.score.tolist())),
-                             dtype=np.float64, count=len(candidates))
-        bad = np.flatnonzero(~np.isfinite(values))
-        if bad.size:
-            raise BoostError(f"score boost {getattr(boost, '__qualname__', boost)!r} returned "
-                             f"{values[bad[0]]!r} for row {int(candidates.row[bad[0]])}; a boost returns a finite number")
+        returned = [boost(hit(row, score)) for row, score in zip(candidates.row.tolist(), candidates.score.tolist())]
+        values = np.zeros(len(returned), dtype=np.float64)
+        for i, value in enumerate(returned):
+            # a number, and one a float holds: a string, None, a list or 10**400 is the boost's bug, named
+            if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)) \
+                    and is_finite(value):
+                values[i] = float(value)
+                continue
+            shown = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else "a huge integer"
+            raise BoostError(f"score boost {getattr(boost, '__qualname__', boost)!r} returned {shown[:80]} "
+                             f"({type(value).__name__}) for row {int(candidates.row[i])}; a boost returns a finite "
+                             "number (a float added to the score)")
         columns = {f"{ctx.name}.value": values, f"{ctx.name}.input_score": candidates.score}
         return candidates.with_scores(candidates.score + values, Scale.BOOSTED, columns).sorted_by_score()

@@ -215,7 +215,8 @@ class Fuse(Stage):
             scale = Scale.BLEND
         else:
             weights = np.array([float((self.weights or {}).get(n, 1.0)) for n in names])
-            contribution = weights[src] / (self.rrf_k + rank)
+            # float first: a Python int rrf_k beyond int64 (10**30) must not meet numpy's int arithmetic
+            contribution = weights[src] / (float(self.rrf_k) + rank)
             scale = Scale.RRF
         contribution[~valid] = 0.0
         fused = np.bincount(group, weights=contribution, minlength=n_groups)

@@ -14,7 +14,6 @@ weights apply; provenance ``<stage>.factor`` and ``<stage>.input_score``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,7 +23,7 @@ import numpy as np
 from irflow.batches import Candidates, Scale
 from irflow.errors import IrflowError
 from irflow.ports import CANDIDATES, Port
-from irflow.stage import Stage, StageContext, Upstream, param, positive_int, register_stage
+from irflow.stage import Stage, StageContext, Upstream, is_finite, param, positive_int, register_stage
 
 from ._util import cut_per_text
 
@@ -52,7 +51,7 @@ def check_surface_weights(weights: Any) -> None:
         if not isinstance(kind, str):
             raise WeightError(f"surface_weights keys are surface kinds (strings), got {kind!r}")
         number = isinstance(weight, (int, float, np.integer, np.floating)) and not isinstance(weight, (bool, np.bool_))
-        if not number or not math.isfinite(weight) or weight < 0:
+        if not number or not is_finite(weight) or weight < 0:
             raise WeightError(f"surface_weights[{kind!r}] is {weight!r}; weights must be finite numbers >= 0")
 
 
