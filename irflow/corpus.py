@@ -373,21 +373,32 @@ def _precomputed_vectors(records: Sequence[Record], embedder: Embedder | None) -
 def _embedded_vectors(
     texts: Sequence[str], embedder: Embedder, *, batch_size: int, progress: bool
 ) -> tuple[np.ndarray, EmbedderInfo]:
-    starts = range(0, len(texts), batch_size)
+    # each distinct text is embedded once (surfaces repeat: names, boilerplate), then scattered back
+    first: dict[str, int] = {}
+    inverse = np.fromiter((first.setdefault(text, len(first)) for text in texts), dtype=np.int64, count=len(texts))
+    distinct = list(first)
+    bar = None
     if progress:
         from tqdm.auto import tqdm  # only when asked: progress bars are for interactive builds
 
-        starts = tqdm(starts, desc="embedding", unit="batch")
+        # counted in records, so the bar shows records/s and an ETA
+        bar = tqdm(total=len(distinct), desc="embedding", unit="record", unit_scale=True)
     matrix: np.ndarray | None = None
-    for start in starts:
-        batch = np.asarray(embedder.embed_documents(texts[start:start + batch_size]), dtype=np.float32)
+    for start in range(0, len(distinct), batch_size):
+        batch = np.asarray(embedder.embed_documents(distinct[start:start + batch_size]), dtype=np.float32)
         if matrix is None:
-            matrix = np.empty((len(texts), batch.shape[1]), dtype=np.float32)
+            matrix = np.empty((len(distinct), batch.shape[1]), dtype=np.float32)
         elif batch.shape[1] != matrix.shape[1]:
             check_dimension(embedder.describe(), int(batch.shape[1]), int(matrix.shape[1]))
         matrix[start:start + batch.shape[0]] = batch
+        if bar is not None:
+            bar.update(batch.shape[0])
+    if bar is not None:
+        bar.close()
     if matrix is None:  # pragma: no cover - build() refuses an empty record list
         raise CorpusError("no texts to embed")
+    if len(distinct) < len(texts):
+        matrix = matrix[inverse]
     info = EmbedderInfo(spec=embedder.spec, dim=int(matrix.shape[1]), description=embedder.describe(), source="embedded")
     return matrix, info
 

@@ -51,7 +51,7 @@ def fails(code: int, *args: str):
 def workdir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("cli")
     _write_records(root / "records.jsonl")
-    ok("index", root / "records.jsonl", "--out", root / "corpus")
+    ok("index", root / "records.jsonl", "--out", root / "corpus", "--embedder", "hash")  # not the model: fast
     return root
 
 

