@@ -62,6 +62,8 @@ def test_readme_swap_example_is_a_valid_recipe():
         '[stages.dense]\nkind = "dense"\ninputs = ["candidates"]              # the query reaches every query port without wiring\nfetch_k = "$fetch_k"\n',
         _blocks("toml")[1])
     assert swapped != hybrid_toml
+    # two BM25 channels are fused by RRF, as README says (the default blend needs a cosine input)
+    swapped = swapped.replace('fusion = "blend"', 'fusion = "rrf"')
     recipe = Recipe.from_toml(swapped)
     assert recipe.stages["dense"].kind == "lexical"
     assert recipe != load_recipe("hybrid")
@@ -69,5 +71,5 @@ def test_readme_swap_example_is_a_valid_recipe():
 
     in_python = load_recipe("hybrid").with_stage(
         "dense", "lexical", inputs=["candidates"], fetch_k=ref("fetch_k"),
-        bm25={"variant": "bm25plus", "k1": 1.2, "b": 0.5})
+        bm25={"variant": "bm25plus", "k1": 1.2, "b": 0.5}).with_params(fusion="rrf")
     assert recipe == in_python
