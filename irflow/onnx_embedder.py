@@ -89,10 +89,10 @@ _PINNED_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa
 # sentence_bert_config.json); the tokenizer.json file itself says 128.
 _PINNED_MAX_LENGTH = 256
 
-# Tokens per onnxruntime call: on a 2-core x86 machine batches of ~500-1000
-# tokens ran fastest (short texts gain ~40% over one text per call; 256-token
-# texts gain nothing from batching, and large batches lose cache locality).
-_TOKEN_BUDGET = 1024
+# Tokens per onnxruntime call: on a 2-core x86 machine batches of ~500 tokens
+# ran fastest (short texts gain ~20-40% over one text per call; 256-token
+# texts gain nothing from batching, and larger batches lose cache locality).
+_TOKEN_BUDGET = 512
 _MAX_BATCH = 64
 _DEFAULT_MAX_LENGTH = 512
 

@@ -247,3 +247,16 @@ def test_matches_the_sentence_transformers_model():
         texts, normalize_embeddings=True, convert_to_numpy=True)
     cosines = np.einsum("ij,ij->i", ours.astype(np.float64), reference.astype(np.float64))
     assert cosines.min() >= 0.99, cosines
+
+
+@needs_model
+def test_loading_and_embedding_never_reach_the_network(monkeypatch):
+    import socket
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the onnx embedder opened a network connection")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    fresh = resolve_embedder("onnx:all-MiniLM-L6-v2")  # a new instance: loads its files again
+    assert fresh.embed_queries(["offline"]).shape == (1, 384)
