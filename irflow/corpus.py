@@ -382,7 +382,7 @@ def _embedded_vectors(
         from tqdm.auto import tqdm  # only when asked: progress bars are for interactive builds
 
         # counted in records, so the bar shows records/s and an ETA
-        bar = tqdm(total=len(distinct), desc="embedding", unit="record", unit_scale=True)
+        bar = tqdm(total=len(distinct), desc="embedding", unit="record")
     matrix: np.ndarray | None = None
     for start in range(0, len(distinct), batch_size):
         batch = np.asarray(embedder.embed_documents(distinct[start:start + batch_size]), dtype=np.float32)

@@ -54,3 +54,14 @@ def test_demo_command_with_filter_and_mode(tmp_path, monkeypatch):
 def test_the_corpus_is_named_so_hits_carry_a_source():
     corpus = installed_corpus()
     assert corpus.name == "installed"
+
+
+def test_the_demo_corpus_is_cached_by_content_and_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("IRFLOW_HOME", str(tmp_path))
+    first = installed_corpus(embedder="hash:64", cache=True)
+    assert first.path is not None and first.path.name == "installed" and first.name == "installed"
+    again = installed_corpus(embedder="hash:64", cache=True)
+    assert again.path == first.path  # reopened, not rebuilt elsewhere
+    assert (again.vectors == first.vectors).all()
+    other = installed_corpus(embedder="hash:32", cache=True)  # another embedder: another entry
+    assert other.path != first.path and other.dim == 32
