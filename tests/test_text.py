@@ -68,21 +68,25 @@ def test_plain_word_yields_itself_once() -> None:
     assert get_analyzer("identifier")("ranking library") == ["ranking", "library"]
 
 
-def _reference_identifier(text: str) -> list[str]:
-    """The documented identifier rule, written plainly and without caches."""
+def _reference_identifier(text: str, prose: bool = False) -> list[str]:
+    """The documented identifier rule (and with ``prose`` the prose rules), written plainly and without caches."""
     low = text.lower()
     aligned = len(low) == len(text)
     out: list[str] = []
     for match in re.finditer(r"\w+(?:[.\-]\w+)*", low):
         unit = match.group()
         runs = re.split(r"[.\-]", unit)
-        if len(runs) > 1:
+        abbreviation = "-" not in unit and all(len(r) == 1 and r.isalpha() for r in runs)
+        if len(runs) > 1 and not (prose and ("." not in unit or abbreviation)):
             out.append(unit)
         orig_runs = re.split(r"[.\-]", text[match.start() : match.end()]) if aligned else runs
         for run, orig in zip(runs, orig_runs):
             out.append(run)
             if re.search(r"_|[a-z0-9][A-Z]|[A-Z][A-Z][a-z]", orig):
-                parts = [p.lower() for p in re.split(r"_+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", orig) if p]
+                parts = [p for p in re.split(r"_+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", orig) if p]
+                if prose and "_" not in orig and min(len(p) for p in parts) < 3:
+                    continue  # the prose camel rule
+                parts = [p.lower() for p in parts]
                 if parts != [run]:
                     out.extend(parts)
     return out
@@ -160,30 +164,6 @@ def test_prose_rules_examples(text: str, tokens: list[str]) -> None:
     assert Analyzer("identifier", prose=True)(text) == tokens  # the rules alone, before stopwords and stems
 
 
-def _reference_prose(text: str) -> list[str]:
-    """The documented prose rules, written plainly and without caches."""
-    low = text.lower()
-    aligned = len(low) == len(text)
-    out: list[str] = []
-    for match in re.finditer(r"\w+(?:[.\-]\w+)*", low):
-        unit = match.group()
-        runs = re.split(r"[.\-]", unit)
-        abbreviation = "-" not in unit and all(len(r) == 1 and r.isalpha() for r in runs)
-        if len(runs) > 1 and "." in unit and not abbreviation:
-            out.append(unit)
-        orig_runs = re.split(r"[.\-]", text[match.start() : match.end()]) if aligned else runs
-        for run, orig in zip(runs, orig_runs):
-            out.append(run)
-            if re.search(r"_|[a-z0-9][A-Z]|[A-Z][A-Z][a-z]", orig):
-                parts = [p for p in re.split(r"_+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", orig) if p]
-                if "_" not in orig and min(len(p) for p in parts) < 3:
-                    continue
-                parts = [p.lower() for p in parts]
-                if parts != [run]:
-                    out.extend(parts)
-    return out
-
-
 prose_text = st.lists(
     st.sampled_from(["well", "-", ".", "_", " ", "mRNA", "RNAs", "camelCase", "getHTTPResponse", "e", "g", "α",
                      "IL", "1β", "os", "path", "x", "Ab", "AB", "abc", "İ", "Σ"]),
@@ -195,7 +175,7 @@ prose_text = st.lists(
 @given(st.one_of(prose_text, identifier_text, any_text))
 def test_prose_rules_match_reference_and_only_drop_tokens(text: str) -> None:
     prose = Analyzer("identifier", prose=True)(text)
-    assert prose == _reference_prose(text)
+    assert prose == _reference_identifier(text, prose=True)
     identifier = get_analyzer("identifier")(text)
     # the prose rules only leave out compounds and camel parts: every plain token is still there
     assert _is_subsequence(prose, identifier) and _is_subsequence(get_analyzer("plain")(text), prose)
