@@ -156,8 +156,9 @@ def _one_line_warnings() -> Iterator[None]:
 @click.argument("input_path", metavar="INPUT.jsonl", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Directory to write the corpus to (a rebuild when it holds one).")
-@click.option("--embedder", default="hash", show_default=True,
-              help='Embedder spec ("hash", "hash:512", "st:<model>"), or "none" for a lexical-only corpus.')
+@click.option("--embedder", default=None,
+              help='Embedder spec ("onnx:all-MiniLM-L6-v2", "hash", "hash:512", "st:<model>"), or "none" for a '
+                   'lexical-only corpus; default: all-MiniLM-L6-v2 when the models extra is installed, else "hash".')
 @click.option("--analyzer", default=None, help="Analyzer name (plain, identifier, english); default english.")
 @click.option("--name", default=None, help="Corpus name (default: the directory name).")
 @click.option("--title-mode", type=click.Choice(["prepend", "separate", "ignore"]), default="prepend",
@@ -167,7 +168,7 @@ def _one_line_warnings() -> Iterator[None]:
 @click.option("--progress/--no-progress", default=None,
               help="Progress bars for every phase (default: when stderr is a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
-def index(input_path: Path, out: Path, embedder: str, analyzer: str | None, name: str | None, title_mode: str,
+def index(input_path: Path, out: Path, embedder: str | None, analyzer: str | None, name: str | None, title_mode: str,
           skip_bad: bool, progress: bool | None, as_json: bool) -> None:
     """Build a corpus from INPUT.jsonl (one record or BEIR document per line) into --out."""
     from irflow.cli_index import bad_lines_report, read_record_file, skipped_report
@@ -184,7 +185,7 @@ def index(input_path: Path, out: Path, embedder: str, analyzer: str | None, name
                         f"{', all bad' if found.bad else ''}); write one JSON object per line, e.g. "
                         '{"artifact_id": "unbox", "surface_kind": "description", "text": "Unpack any archive."}')
     records = found.records
-    spec = None if embedder.lower() == "none" else embedder
+    spec = _embedder_option(embedder)
     corpus = build(records, embedder=spec, analyzer=analyzer, path=out, name=name, progress=show)
     summary = {"path": str(out), "name": corpus.name, "records": len(corpus),
                "artifacts": len({r.artifact_id for r in records}), "kinds": list(corpus.kinds),
@@ -197,6 +198,24 @@ def index(input_path: Path, out: Path, embedder: str, analyzer: str | None, name
         click.echo(f"indexed {summary['records']} records ({summary['artifacts']} artifacts; kinds "
                    f"{', '.join(summary['kinds'])}) from {source} into {out} (embedder {spec or 'none'}, analyzer "
                    f"{summary['analyzer']})")
+
+
+def _embedder_option(embedder: str | None, *, needed: bool = True) -> str | None:
+    """The spec an --embedder option names: "none" -> None; not given -> $IRFLOW_EMBEDDER, the installed model, else "hash".
+
+    The fallback to "hash" is said once on stderr, with the command that installs the model;
+    when no vectors are ``needed`` (no dense stage) nothing is embedded and nothing is said.
+    """
+    if embedder is not None:
+        return None if embedder.lower() == "none" else embedder
+    if not needed:
+        return None
+    from irflow.embedders import cli_default_embedder
+
+    spec, note = cli_default_embedder()
+    if note:
+        click.echo(note, err=True)
+    return None if spec.lower() == "none" else spec
 
 
 # --------------------------------------------------------------------------
@@ -359,8 +378,10 @@ def parse_sweeps(ctx: click.Context | None, param: click.Parameter | None,
               help="Set a recipe parameter for every recipe that has it (JSON value, else a string); repeatable.")
 @click.option("--sweep", "sweeps", multiple=True, callback=parse_sweeps, metavar="NAME=V1,V2,...",
               help="Evaluate each value (every combination across --sweep options); repeatable.")
-@click.option("--embedder", default="hash", show_default=True,
-              help='Embedder spec ("hash", "hash:512", "st:all-MiniLM-L6-v2"), or "none" for lexical only.')
+@click.option("--embedder", default=None,
+              help='Embedder spec ("onnx:all-MiniLM-L6-v2", "hash", "hash:512", "st:all-MiniLM-L6-v2"), or "none" for '
+                   'lexical only; default: all-MiniLM-L6-v2 when the models extra is installed, else "hash" (none '
+                   'when no recipe has a dense stage).')
 @click.option("--analyzer", default=None,
               help="Analyzer name (plain, identifier, english); default: irflow.text.DEFAULT_ANALYZER.")
 @click.option("--title-mode", type=click.Choice(["prepend", "separate", "ignore"]), default="prepend",
@@ -382,7 +403,7 @@ def parse_sweeps(ctx: click.Context | None, param: click.Parameter | None,
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print only {recipe: {metric: value}} as JSON.")
 def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: str, settings: dict[str, Any],
-                 sweeps: dict[str, list[Any]], embedder: str, analyzer: str | None, title_mode: str,
+                 sweeps: dict[str, list[Any]], embedder: str | None, analyzer: str | None, title_mode: str,
                  depth: int | None, batch_size: int, holdout: str | None, holdout_seed: int, baseline: str | None,
                  runs_dir: Path | None, cache: bool, progress: bool | None, as_json: bool) -> None:
     """Evaluate RECIPEs (files or built-in names) on a test collection and print the metrics."""
@@ -395,9 +416,10 @@ def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: st
     if holdout is not None:
         tune, test = holdout_split(collection.eval_queries, seed=holdout_seed)
         queries = tune if holdout == "tune" else test
+    spec = _embedder_option(embedder, needed=_needs_vectors(recipes, baseline))
     try:
         result = evaluate(list(recipes), collection, metrics=metrics, params=settings, sweep=sweeps or None,
-                          embedder=None if embedder.lower() == "none" else embedder, analyzer=analyzer,
+                          embedder=spec, analyzer=analyzer,
                           title_mode=title_mode, batch_size=batch_size, depth=depth, queries=queries, progress=show,
                           use_cache=cache, baseline=baseline)
     except ParameterError as error:  # a --set or --sweep value, written as on the command line
@@ -424,6 +446,26 @@ def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: st
         click.echo(result.compare().table())
 
 
+def _needs_vectors(recipes: Sequence[str], baseline: str | None) -> bool:
+    """Whether any recipe (or a baseline that is a recipe) has a dense stage, so the corpus needs vectors.
+
+    A recipe that cannot be loaded counts as needing them (evaluate() reports on it); a baseline
+    that is not a recipe is a label of one of ``recipes``, which decide.
+    """
+    from irflow.recipe import load_recipe
+
+    for name, required in [*((r, True) for r in recipes), *([(baseline, False)] if baseline else [])]:
+        try:
+            stages = load_recipe(name, validate=False).stages.values()
+        except IrflowError:
+            if required:
+                return True
+            continue
+        if any(stage.kind == "dense" for stage in stages):
+            return True
+    return False
+
+
 # --------------------------------------------------------------------------
 # demo
 
@@ -435,17 +477,21 @@ def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: st
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the demo run's trace to this file.")
 @click.option("--k", type=click.IntRange(min=1), default=None, help="Hits per query.")
+@click.option("--embedder", default=None,
+              help='Embedder spec ("onnx:all-MiniLM-L6-v2", "hash", ...); default: all-MiniLM-L6-v2 when the models '
+                   'extra is installed, else "hash".')
 def demo(queries: tuple[str, ...], filter_json: str | None, mode: str | None, trace_path: Path | None,
-         k: int | None) -> None:
+         k: int | None, embedder: str | None) -> None:
     """Search a small corpus of the Python packages installed here (no setup needed)."""
     if importlib.util.find_spec("irflow.quickstart") is None:
         raise UserError("the demo is not available in this installation (irflow.quickstart is missing)")
     from irflow.quickstart import run_demo
 
     given = {"filter": _json_option(filter_json, "--filter"), "mode": mode,
-             "trace_path": None if trace_path is None else str(trace_path), "k": k}
+             "trace_path": None if trace_path is None else str(trace_path), "k": k, "embedder": embedder}
     # only what the user gave: run_demo keeps its own defaults for the rest
-    run_demo(list(queries), **{key: value for key, value in given.items() if value is not None}, echo=click.echo)
+    run_demo(list(queries), **{key: value for key, value in given.items() if value is not None}, echo=click.echo,
+             cache=True, progress=sys.stderr.isatty())
 
 
 # --------------------------------------------------------------------------

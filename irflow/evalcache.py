@@ -11,7 +11,10 @@ The key is a digest of everything that decides the corpus' content:
 - the content digest of ``corpus.jsonl`` (so an edited file is a new key and
   rebuilds; the queries and qrels are not part of it: editing them must not
   re-embed the documents),
-- the embedder's canonical spec (``"hash"`` and ``"hash:256"`` are one key),
+- the embedder's identity (:meth:`~irflow.embedders.Embedder.identity`): its
+  canonical spec (``"hash"`` and ``"hash:256"`` are one key) plus its model's
+  weights and tokenizer digests and its code version, so a new model behind
+  the same name is a new entry,
 - the analyzer's settings and rule version,
 - the title mode,
 - irflow's corpus format version and :data:`CACHE_VERSION`.
@@ -107,7 +110,7 @@ def corpus_key(collection: Collection, *, embedder: Embedder | None, analyzer: A
         raise ValueError("a callable embedder has no spec to key a cache entry by")
     parts = {
         "corpus": _corpus_digest(collection),
-        "embedder": None if embedder is None else embedder.spec,
+        "embedder": None if embedder is None else embedder.identity(),
         "analyzer": analyzer.to_dict(),
         "analyzer_version": ANALYZER_VERSION,
         "title_mode": title_mode,

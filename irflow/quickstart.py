@@ -1,23 +1,32 @@
 """The quickstart: search the Python packages installed here, hybrid, traced.
 
 It is what README's first command runs (``irflow demo``): a corpus built from
-real data every Python machine has (see :mod:`irflow.installed`), the default
-offline embedder, the built-in ``search`` recipe in hybrid mode, a readable
-results table and a trace file to look into with ``irflow trace show``.
+real data every Python machine has (see :mod:`irflow.installed`), the
+command line's default embedder (all-MiniLM-L6-v2 on onnxruntime when the
+``models`` extra is installed, else the offline ``"hash"`` sketch, said so
+once), the built-in ``search`` recipe in hybrid mode, a readable results
+table and a trace file to look into with ``irflow trace show``.
 
 >>> run_demo(["progress bar"], k=3, trace_path=None, echo=lambda line: None)  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from irflow.corpus import Corpus, build
+from irflow.corpus import Corpus, build, open_corpus
+from irflow.embedders import cli_default_embedder, resolve_embedder
+from irflow.errors import CorpusError
 from irflow.installed import distribution_records
+from irflow.paths import irflow_home
+from irflow.persist import FORMAT_VERSION
 from irflow.recipe import load_recipe
 from irflow.table import render_table
+from irflow.text import get_analyzer
 
 __all__ = ["EXAMPLE_QUERIES", "DEFAULT_TRACE", "installed_corpus", "run_demo", "scoring_stage"]
 
@@ -35,9 +44,32 @@ EXAMPLE_QUERIES: tuple[str, ...] = (
 DEFAULT_TRACE = "irflow-demo-trace.jsonl"
 
 
-def installed_corpus(*, embedder: Any = "hash") -> Corpus:
-    """An in-memory corpus of the installed distributions (named ``installed``)."""
-    return build(distribution_records(), embedder=embedder, name="installed")
+def installed_corpus(*, embedder: Any = "hash", cache: bool = False, progress: bool = False) -> Corpus:
+    """A corpus of the installed distributions (named ``installed``): in memory, or cached.
+
+    With ``cache`` it is built once into ``$IRFLOW_HOME/cache/demo/<key>/installed``
+    and reopened afterwards — a model takes tens of seconds to embed a few
+    hundred README chunks — keyed by the records themselves, the embedder's
+    identity (model digests included), the analyzer and the corpus format,
+    so installing a package or another model makes a new entry.  A user
+    callable as embedder cannot be keyed: it is built in memory.
+    """
+    records = distribution_records()
+    the_embedder = resolve_embedder(embedder)
+    identity = None if the_embedder is None else the_embedder.identity()
+    if not cache or (the_embedder is not None and identity is None):
+        return build(records, embedder=the_embedder, name="installed", progress=progress)
+    parts = {"records": [r.to_dict() for r in records], "embedder": identity,
+             "analyzer": get_analyzer(None).to_dict(), "format_version": FORMAT_VERSION}
+    key = hashlib.blake2b(json.dumps(parts, sort_keys=True, default=str).encode("utf-8"), digest_size=16).hexdigest()
+    path = irflow_home() / "cache" / "demo" / key[:20] / "installed"
+    if path.exists():
+        try:
+            return open_corpus(path, embedder=the_embedder)
+        except CorpusError as error:  # an interrupted or foreign entry: rebuild rather than fail
+            logger.warning("the cached demo corpus %s cannot be opened (%s); rebuilding it", path, error)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return build(records, embedder=the_embedder, path=path, progress=progress)
 
 
 def _snippet(text: str, width: int = 60) -> str:
@@ -53,14 +85,23 @@ def run_demo(
     k: int = 5,
     trace_path: str | Path | None = DEFAULT_TRACE,
     echo: Callable[[str], None] = logger.info,
+    embedder: Any = None,
+    cache: bool = False,
+    progress: bool = False,
 ) -> list:
     """Run the ``search`` recipe over the installed-packages corpus and show the hits.
 
     Returns the hit lists (one per query).  With *trace_path* the run is
-    traced and the trace written there as JSON Lines.
+    traced and the trace written there as JSON Lines.  ``embedder`` None
+    takes the command line's default (:func:`irflow.embedders.cli_default_embedder`);
+    ``cache`` keeps the embedded corpus for the next run (see :func:`installed_corpus`).
     """
     queries = list(queries) or list(EXAMPLE_QUERIES)
-    corpus = installed_corpus()
+    if embedder is None:
+        embedder, note = cli_default_embedder()
+        if note:
+            echo(note)
+    corpus = installed_corpus(embedder=embedder, cache=cache, progress=progress)
     artifacts = len(corpus.store.ledger)
     echo(f"corpus: {artifacts} installed Python distributions, {corpus.n_rows} surfaces "
          f"({', '.join(corpus.kinds)}); embedder {corpus.embedder_spec}, analyzer {corpus.analyzer.name}")

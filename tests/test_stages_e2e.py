@@ -92,7 +92,7 @@ def _collapse(corpus, fused, k: int):
 @pytest.mark.parametrize("query", ["fast python parser", "http client", "graph network tool", "zzz unknown"])
 def test_hybrid_equals_the_hand_computation(corpus, query, method):
     recipe = load_recipe("hybrid")
-    result = recipe.run(corpus, query, k=4, fusion=method)
+    result = recipe.run(corpus, query, k=4, fusion=method, bm25_sat_k=8.0)  # _fuse's saturation
     dense, lexical = _channels(corpus, query, corpus.candidate_mask(), fetch=50)
 
     got_dense = result.output("dense")

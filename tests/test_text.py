@@ -68,21 +68,25 @@ def test_plain_word_yields_itself_once() -> None:
     assert get_analyzer("identifier")("ranking library") == ["ranking", "library"]
 
 
-def _reference_identifier(text: str) -> list[str]:
-    """The documented identifier rule, written plainly and without caches."""
+def _reference_identifier(text: str, prose: bool = False) -> list[str]:
+    """The documented identifier rule (and with ``prose`` the prose rules), written plainly and without caches."""
     low = text.lower()
     aligned = len(low) == len(text)
     out: list[str] = []
     for match in re.finditer(r"\w+(?:[.\-]\w+)*", low):
         unit = match.group()
         runs = re.split(r"[.\-]", unit)
-        if len(runs) > 1:
+        abbreviation = "-" not in unit and all(len(r) == 1 and r.isalpha() for r in runs)
+        if len(runs) > 1 and not (prose and ("." not in unit or abbreviation)):
             out.append(unit)
         orig_runs = re.split(r"[.\-]", text[match.start() : match.end()]) if aligned else runs
         for run, orig in zip(runs, orig_runs):
             out.append(run)
             if re.search(r"_|[a-z0-9][A-Z]|[A-Z][A-Z][a-z]", orig):
-                parts = [p.lower() for p in re.split(r"_+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", orig) if p]
+                parts = [p for p in re.split(r"_+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", orig) if p]
+                if prose and "_" not in orig and min(len(p) for p in parts) < 3:
+                    continue  # the prose camel rule
+                parts = [p.lower() for p in parts]
                 if parts != [run]:
                     out.extend(parts)
     return out
@@ -135,8 +139,48 @@ def test_english_removes_stopwords_and_stems() -> None:
     english = get_analyzer("english")
     assert english("The ranking libraries are running") == ["rank", "librari", "run"]
     # Identifiers stay verbatim, their parts are stemmed like words.
-    assert english("kebab-cases running_jobs") == ["kebab-cases", "kebab", "case", "running_jobs", "run", "job"]
+    # analyzer version 2 (issue 14): a hyphen compound is prose, its words only ("kebab-cases" whole is gone)
+    assert english("kebab-cases running_jobs") == ["kebab", "case", "running_jobs", "run", "job"]
     assert english("the of and") == []
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [
+        ("well-defined", ["well", "defined"]),  # prose compound: its words, not the whole
+        ("TNF-α IL-1β", ["tnf", "α", "il", "1β"]),
+        ("scikit-learn rank-bm25", ["scikit", "learn", "rank", "bm25"]),
+        ("e.g. U.S.", ["e", "g", "u", "s"]),  # abbreviations: their letters
+        ("os.path.join", ["os.path.join", "os", "path", "join"]),  # dotted names stay identifiers
+        ("1.2.3", ["1.2.3", "1", "2", "3"]),
+        ("rank_bm25 __init__", ["rank_bm25", "rank", "bm25", "__init__", "init"]),
+        ("camelCase getHTTPResponse", ["camelcase", "camel", "case", "gethttpresponse", "get", "http", "response"]),
+        ("mRNA siRNAs RNAs PI3K pH IgG", ["mrna", "sirnas", "rnas", "pi3k", "ph", "igg"]),  # notation, not code
+        ("my_mRNA", ["my_mrna", "my", "m", "rna"]),  # an underscore makes it an identifier: every cut
+        ("a.b-c", ["a.b-c", "a", "b", "c"]),  # dots and hyphens together: not prose
+    ],
+)
+def test_prose_rules_examples(text: str, tokens: list[str]) -> None:
+    assert Analyzer("identifier", prose=True)(text) == tokens  # the rules alone, before stopwords and stems
+
+
+prose_text = st.lists(
+    st.sampled_from(["well", "-", ".", "_", " ", "mRNA", "RNAs", "camelCase", "getHTTPResponse", "e", "g", "α",
+                     "IL", "1β", "os", "path", "x", "Ab", "AB", "abc", "İ", "Σ"]),
+    max_size=12,
+).map("".join)
+
+
+@settings(max_examples=400)
+@given(st.one_of(prose_text, identifier_text, any_text))
+def test_prose_rules_match_reference_and_only_drop_tokens(text: str) -> None:
+    prose = Analyzer("identifier", prose=True)(text)
+    assert prose == _reference_identifier(text, prose=True)
+    identifier = get_analyzer("identifier")(text)
+    # the prose rules only leave out compounds and camel parts: every plain token is still there
+    assert _is_subsequence(prose, identifier) and _is_subsequence(get_analyzer("plain")(text), prose)
+    if "." not in text:
+        assert not any("-" in token for token in prose)  # no hyphen compound survives without a dot
 
 
 def test_english_settings_can_be_overridden() -> None:
@@ -173,6 +217,7 @@ def test_defaults() -> None:
     assert (plain.identifiers, plain.stopwords, plain.stemmer) == (False, None, None)
     assert (ident.identifiers, ident.stopwords, ident.stemmer) == (True, None, None)
     assert (english.identifiers, english.stopwords, english.stemmer) == (True, "english", "english")
+    assert (plain.prose, ident.prose, english.prose) == (False, False, True)
 
 
 @pytest.mark.parametrize(
@@ -187,6 +232,15 @@ def test_round_trip_through_json(analyzer: Analyzer) -> None:
     assert get_analyzer(data) == analyzer
     text = "The RankBM25 ranking_library; dotted.name"
     assert again(text) == analyzer(text)
+
+
+def test_a_version_1_manifest_keeps_the_version_1_rules() -> None:
+    """A corpus built before the prose rules is still queried with the tokens it was built with."""
+    old = {"name": "english", "lowercase": True, "identifiers": True, "stopwords": "english", "stemmer": "english",
+           "version": 1}
+    analyzer = Analyzer.from_dict(old)
+    assert analyzer.prose is False and analyzer("well-defined") == ["well-defined", "well", "defin"]
+    assert Analyzer.from_dict({**old, "version": 2}).prose is True
 
 
 def test_lowercase_off_keeps_case() -> None:

@@ -7,7 +7,7 @@ from irflow.datasets import load_beir
 from irflow.evaluate import evaluate, holdout_split
 from irflow.significance import compare_many
 
-D = "../shared/data"
+D = __import__("os").environ.get("IRFLOW_DATA") or "../shared/data"
 sets = {
     "scifact train": (load_beir(f"{D}/scifact", "train"), None),
     "cranfield tune": (load_beir(f"{D}/cranfield"), "tune"),
