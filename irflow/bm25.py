@@ -30,9 +30,13 @@ delta`` for BM25Plus.
 
 Only candidates containing at least one query token are returned, best
 first, ties broken by row order.  Every scoring path adds a row's
-contributions in one canonical order, so a row's score is the same to the
-bit whichever path computed it: the top ``j`` is always the prefix of the
-top ``n`` (``j < n``), whatever ``fetch_k`` makes the kernel prune.
+contributions in one canonical order, by document frequency then token (a
+global order, not a property of this index), so a row's score is the same
+to the bit whichever path computed it, and whichever index holds it when the
+statistics are supplied from outside (``stats=``, for a corpus split into
+shards: see ``partial_stats`` and ``combine_stats``): the top ``j`` is
+always the prefix of the top ``n`` (``j < n``), whatever ``fetch_k`` makes
+the kernel prune, and shards' tops merge into the whole corpus's.
 
 Example::
 

@@ -55,6 +55,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import weakref
@@ -149,6 +150,7 @@ def exact_scores(matrix: np.ndarray, queries: np.ndarray, query_index: np.ndarra
     rows = np.asarray(rows, dtype=np.intp)
     query_index = np.asarray(query_index, dtype=np.intp)
     out = np.empty(rows.size, dtype=np.float64)
+    # (the chunk bounds cache use; the bits do not depend on them: each pair is summed alone)
     d = matrix.shape[1]
     for lo in range(0, rows.size, EXACT_CHUNK):
         hi = min(rows.size, lo + EXACT_CHUNK)
@@ -210,19 +212,24 @@ def row_norm_bound(matrix: np.ndarray) -> float:
     return bound
 
 
-def _windows(matrix: np.ndarray, queries: np.ndarray, norm_bound: float) -> np.ndarray:
-    """Per query: twice the largest gap between an approximate (BLAS) score and the exact one."""
-    d = matrix.shape[1]
-    u = float(np.finfo(matrix.dtype).eps) / 2 if matrix.dtype.kind == "f" else 0.0
+@functools.lru_cache(maxsize=64)
+def _relative_error(dtype: np.dtype, d: int) -> float:
+    """Bound on |BLAS score - exact score| / (|row| |query|) for d dimensions of ``dtype``."""
+    u = float(np.finfo(dtype).eps) / 2
     u64 = 2.0 ** -53
     depth = max(1, math.ceil(math.log2(max(d, 1)))) + 1  # the fold's additions plus the product
 
     def gamma(n: int, unit: float) -> float:
-        return n * unit / (1 - n * unit)
+        # beyond n * u >= 1/2 (float16 with thousands of dimensions) no useful bound: every row is a candidate
+        return n * unit / (1 - n * unit) if n * unit < 0.5 else math.inf
 
-    relative = (gamma(d, u) + gamma(depth, u64)) * (1 + 1e-6)
-    q_norms = np.sqrt(np.square(queries, dtype=np.float64).sum(axis=1)) * (1 + 1e-6)
-    return 2 * (relative * norm_bound * q_norms + _ABS_SLACK)
+    return (gamma(d, u) + gamma(depth, u64)) * (1 + 1e-6)
+
+
+def _windows(matrix: np.ndarray, queries: np.ndarray, norm_bound: float) -> np.ndarray:
+    """Per query: twice the largest gap between an approximate (BLAS) score and the exact one."""
+    q_norms = np.sqrt(np.einsum("ij,ij->i", queries, queries, dtype=np.float64)) * (1 + 1e-6)
+    return 2 * (_relative_error(matrix.dtype, matrix.shape[1]) * norm_bound * q_norms + _ABS_SLACK)
 
 
 # -- step 1: candidates from the BLAS products -----------------------------------------
