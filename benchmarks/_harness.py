@@ -126,6 +126,27 @@ def interleaved(systems: Mapping[str, tuple[Callable[[int], Any], int, int]],
     return out
 
 
+def load_base(checkout: str, module: str) -> Any:
+    """``irflow.<module>`` of another checkout (an older commit: ``git worktree add DIR COMMIT``), for before/after runs.
+
+    Loaded from its file under another name; its own ``from irflow.x import``
+    lines bind to this checkout's modules, so only modules whose neighbours
+    kept their interface can be compared this way (dense and bm25 here).
+    """
+    import importlib.util
+
+    path = os.path.join(checkout, "irflow", f"{module}.py")
+    spec = importlib.util.spec_from_file_location(f"irflow_base_{module}", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"--base: no {path}")
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    head = subprocess.run(["git", "-C", checkout, "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, timeout=10).stdout.strip()
+    loaded.REVISION = head or "?"
+    return loaded
+
+
 # -- memory -----------------------------------------------------------------------------
 
 

@@ -8,9 +8,15 @@ of the rows (fixed seed) — scattered rows, the worst case for a gather.
 
 Systems, all exact, top 10 by inner product (= cosine):
 
-* irflow — ``irflow.dense.dense_topk(matrix, queries, mask, 10)``: one
-  matrix product for the batch; with a selective filter it gathers the
-  kept rows first, otherwise it masks the scores after the product.
+* irflow — ``irflow.dense.dense_topk(matrix, queries, mask, 10)``: BLAS
+  ranks (a matrix-vector product for one query, row tiles of a matrix
+  product with a running top-k for a batch; gathered rows under a selective
+  filter), then the few candidates get their exact score from the vectors
+  alone (see ``irflow/dense.py``).  The matrix is read-only, as a corpus's
+  vectors are, so the rows' norm bound is computed once (before the timings).
+* irflow base — with ``--base DIR`` (a checkout of an older commit, e.g.
+  ``git worktree add DIR e714f53``), that commit's ``dense_topk`` on the same
+  data in the same run: the before/after comparison.
 * naive — ``scores = queries @ matrix.T``, dropped rows set to -inf,
   ``np.argsort(-scores, axis=1)[:, :10]``: what one writes without care.
   A full sort is slow on big batches, so on those it answers the first
@@ -39,6 +45,7 @@ time is then the latency and CPU time the total work).  Results are checked: the
 top-10 rows equal irflow's is printed.
 
     python benchmarks/dense.py                    # 100k and 1M (about 10 minutes)
+    python benchmarks/dense.py --base ../i9-base  # also the old kernel, interleaved
     python benchmarks/dense.py --sizes 100000
     python benchmarks/dense.py --quick            # smoke test, under a minute
 """
@@ -59,7 +66,7 @@ import _harness as H  # noqa: E402
 
 H.ensure_irflow()
 
-from irflow.dense import dense_topk  # noqa: E402
+from irflow.dense import dense_topk, row_norm_bound  # noqa: E402
 
 FILTERS: tuple[float | None, ...] = (None, 0.01, 0.10, 0.50)
 
@@ -99,9 +106,10 @@ def make_mask(n: int, keep: float, seed: int) -> np.ndarray:
 # -- systems ------------------------------------------------------------------------------
 
 
-def irflow_run(matrix: np.ndarray, mask: np.ndarray | None, k: int) -> Callable[[np.ndarray], np.ndarray]:
+def irflow_run(matrix: np.ndarray, mask: np.ndarray | None, k: int,
+               kernel: Callable[..., Any] = dense_topk) -> Callable[[np.ndarray], np.ndarray]:
     def run(q: np.ndarray) -> np.ndarray:
-        top = dense_topk(matrix, q, mask, k)
+        top = kernel(matrix, q, mask, k)
         return top.row.reshape(q.shape[0], -1) if len(top) == q.shape[0] * k else top.row
     return run
 
@@ -201,6 +209,8 @@ def run_size(n: int, args: argparse.Namespace) -> list[dict[str, Any]]:
     d, k = args.dim, args.k
     t0 = time.perf_counter()
     matrix = make_matrix(n, d, args.seed)
+    matrix.flags.writeable = False  # as a corpus's vectors
+    row_norm_bound(matrix)  # once, as a corpus does on its first dense query
     batch_sizes = [b for b in args.batches if b > 0]
     n_queries = max([args.queries] + [b * args.n_batches for b in batch_sizes])
     queries = make_queries(matrix, n_queries, args.seed)
@@ -213,13 +223,16 @@ def run_size(n: int, args: argparse.Namespace) -> list[dict[str, Any]]:
     print(f"\n=== {n} x {d} float32 ({matrix.nbytes / 2**30:.2f} GiB; made in {time.perf_counter() - t0:.1f} s)"
           f"{'' if index is not None else '; faiss not installed: skipped'} ===")
     results = []
-    for keep in FILTERS:
+    for keep in args.filters:
         mask = None if keep is None else make_mask(n, keep, args.seed)
         label = "no filter" if keep is None else f"filter keeps {keep:.0%}"
         rows = []
         for b in [1] + batch_sizes:
-            systems: dict[str, Callable[[np.ndarray], Any]] = {
-                "irflow": irflow_run(matrix, mask, k), "naive argsort": naive_run(matrix, mask, k)}
+            systems: dict[str, Callable[[np.ndarray], Any]] = {"irflow": irflow_run(matrix, mask, k)}
+            if args.base_module is not None:
+                systems["irflow base"] = irflow_run(matrix, mask, k, args.base_module.dense_topk)
+            if not args.no_naive:
+                systems["naive argsort"] = naive_run(matrix, mask, k)
             if index is not None:
                 systems.update(faiss_runs(index, matrix, mask, k, None if b == 1 else FAISS_BLAS_THRESHOLD))
                 if b > 1 and mask is None:
@@ -242,16 +255,19 @@ def run_size(n: int, args: argparse.Namespace) -> list[dict[str, Any]]:
                 first = len(timing[name])
                 note = "" if first == len(items) else f" ({first}x1)"
                 cpu = timing[name].median_ms("cpu") / b
+                p90 = timing[name].p90_ms("cpu") / b
                 wall = timing[name].median_ms("wall") / b
                 ref_cpu = statistics.median(timing["irflow"].cpu[:first]) * 1e3 / b
                 ref_wall = statistics.median(timing["irflow"].wall[:first]) * 1e3 / b
-                rows.append([name + note, b, wall, cpu, H.ratio(wall, ref_wall), H.ratio(cpu, ref_cpu), same])
+                rows.append([name + note, b, wall, cpu, p90, H.ratio(wall, ref_wall), H.ratio(cpu, ref_cpu), same])
                 results.append({"n": n, "filter": keep, "batch": b, "system": name, "wall_ms": wall,
-                                "cpu_ms": cpu, "x_wall": H.ratio(wall, ref_wall), "x_cpu": H.ratio(cpu, ref_cpu),
-                                "same": same})
+                                "cpu_ms": cpu, "cpu_p90_ms": p90, "x_wall": H.ratio(wall, ref_wall),
+                                "x_cpu": H.ratio(cpu, ref_cpu), "same": same})
         print(f"\n{label}: top-{k} time per query, ms (median over {args.queries} single queries x "
-              f"{args.repeats} repeats / {args.n_batches} batches x {args.batch_repeats} repeats)")
-        print(H.table(["system", "batch", "wall ms/q", "cpu ms/q", "x wall", "x cpu", "same top-k"], rows))
+              f"{args.repeats} repeats / {args.n_batches} batches x {args.batch_repeats} repeats; "
+              f"p90 over the same items)")
+        print(H.table(["system", "batch", "wall ms/q", "cpu ms/q", "cpu p90", "x wall", "x cpu", "same top-k"],
+                      rows))
     print("  x = system time / irflow time on the same queries (> 1: irflow faster); "
           "same top-k = share of queries whose top-k rows equal irflow's")
     return results
@@ -296,18 +312,27 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--threads", type=int, default=1,
                         help="BLAS/OpenMP threads (default 1; 0 = leave the pools as they are)")
     parser.add_argument("--no-faiss", action="store_true")
+    parser.add_argument("--no-naive", action="store_true", help="skip the naive argsort")
+    parser.add_argument("--filters", default="none,0.01,0.1,0.5",
+                        help="filters: 'none' and kept fractions (comma list)")
+    parser.add_argument("--base", default=None, metavar="DIR",
+                        help="also time the dense_topk of another checkout (an older commit), interleaved")
     parser.add_argument("--quick", action="store_true", help="20k rows, few queries (smoke test)")
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.queries, args.batches, args.n_batches, args.repeats = "20000", 8, "64", 2, 3
         args.batch_repeats = 2
     args.batches = [int(b) for b in str(args.batches).split(",") if b]
+    args.filters = [None if f.strip() == "none" else float(f) for f in args.filters.split(",") if f.strip()]
+    args.base_module = None if args.base is None else H.load_base(args.base, "dense")
     controller = limit_threads(args.threads)  # noqa: F841 - kept alive for the run
 
     print("dense top-k benchmark: irflow dense_topk vs naive numpy argsort and faiss IndexFlatIP")
     for line in H.machine_lines():
         print(line)
     print(f"thread pools: {f'limited to {args.threads}' if args.threads else 'as configured (all cores)'}")
+    if args.base_module is not None:
+        print(f"irflow base: dense_topk of {args.base} (commit {args.base_module.REVISION})")
     results = []
     for n in [int(s) for s in args.sizes.split(",") if s]:
         results += run_size(n, args)

@@ -26,12 +26,18 @@ record in Python per query term (seconds per query at 1M), so it answers
 only the first few queries (``--rank-queries``; by default 2M / records,
 at least 5) and its ratio is taken against irflow on those same queries.
 
+With ``--base DIR`` (a checkout of an older commit, e.g. ``git worktree
+add DIR e714f53``), that commit's ``bm25_topk`` runs as one more system,
+"irflow base", over its own copy of the same postings, interleaved with the
+others: the before/after comparison in one run.
+
 Clocks: CPU time of the process (quoted: robust on a shared machine, and
 every system here runs on one thread) and wall time.
 
     python benchmarks/lexical.py                 # 10k, 100k, 1M and SciFact (about 15 minutes)
     python benchmarks/lexical.py --sizes 100000  # one size
     python benchmarks/lexical.py --quick         # smoke test, under a minute
+    python benchmarks/lexical.py --sizes 100000,1000000 --base ../i9-base --no-scifact
 """
 
 from __future__ import annotations
@@ -107,9 +113,12 @@ def load(spec: Mapping[str, Any]) -> tuple[list[list[str]], list[list[str]]]:
 # -- systems ------------------------------------------------------------------------------
 
 
+BASE: dict[str, Any] = {}  # "module": the --base checkout's irflow.bm25, when given
+
+
 def build(system: str, docs: Sequence[Sequence[str]]) -> Any:
     """The index of ``system`` over ``docs`` (irflow: postings + head columns)."""
-    if system == "irflow":
+    if system in ("irflow", "irflow base"):  # each its own copy: their caches must not meet
         postings = Postings.build(docs)
         postings.head_columns()
         return postings
@@ -129,6 +138,10 @@ def searcher(system: str, index: Any, k: int) -> Callable[[Sequence[Sequence[str
     if system == "irflow":
         params = BM25Params()
         return lambda qs: bm25_topk(index, qs, None, k, params)
+    if system == "irflow base":
+        base = BASE["module"]
+        base_params = base.BM25Params()
+        return lambda qs: base.bm25_topk(index, qs, None, k, base_params)
     if system == "rank_bm25":
         def run(qs: Sequence[Sequence[str]]) -> list[np.ndarray]:
             out = []
@@ -142,7 +155,7 @@ def searcher(system: str, index: Any, k: int) -> Callable[[Sequence[Sequence[str
 
 
 def available() -> list[str]:
-    systems = ["irflow", "rank_bm25"]
+    systems = ["irflow"] + (["irflow base"] if BASE else []) + ["rank_bm25"]
     if H.have("bm25s"):
         systems.append("bm25s numpy")
         if H.have("numba"):
@@ -154,6 +167,8 @@ def child(payload: Mapping[str, Any]) -> None:
     """Memory of one system in this fresh process: build peak, retained index, query-batch peak."""
     docs, queries = load(payload["data"])
     system, k = payload["system"], payload["k"]
+    if payload.get("base"):
+        BASE["module"] = H.load_base(payload["base"], "bm25")
     probe = H.MemoryProbe()
     probe.start()
     start = time.perf_counter()
@@ -233,7 +248,7 @@ def run_dataset(label: str, spec: dict[str, Any], args: argparse.Namespace) -> d
     if not args.no_memory:
         for system in systems:
             memory[system] = H.run_child(os.path.abspath(__file__), {
-                "system": system, "data": spec, "k": k, "batch": size})
+                "system": system, "data": spec, "k": k, "batch": size, "base": args.base})
     del indexes
 
     def per_query_batch(s: str, clock: str) -> float | None:
@@ -317,6 +332,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--no-memory", action="store_true", help="skip the memory child processes")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="systems to run (comma list)")
     parser.add_argument("--quick", action="store_true", help="10k records only, few queries (smoke test)")
+    parser.add_argument("--base", default=None, metavar="DIR",
+                        help="also time the bm25_topk of another checkout (an older commit), interleaved")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -328,10 +345,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args.systems = [s.strip() for s in args.systems.split(",")]
     if "irflow" not in args.systems:
         args.systems.insert(0, "irflow")
+    if args.base:
+        BASE["module"] = H.load_base(args.base, "bm25")
+        args.systems.insert(1, "irflow base")
 
     print("lexical top-k benchmark: irflow BM25 vs rank_bm25 and bm25s")
     for line in H.machine_lines():
         print(line)
+    if BASE:
+        print(f"irflow base: bm25_topk of {args.base} (commit {BASE['module'].REVISION})")
     missing = [s for s in SYSTEMS if s in args.systems and s not in available()]
     if missing:
         print(f"not installed, skipped: {', '.join(missing)} (pip install bm25s numba)")

@@ -30,9 +30,13 @@ delta`` for BM25Plus.
 
 Only candidates containing at least one query token are returned, best
 first, ties broken by row order.  Every scoring path adds a row's
-contributions in one canonical order, so a row's score is the same to the
-bit whichever path computed it: the top ``j`` is always the prefix of the
-top ``n`` (``j < n``), whatever ``fetch_k`` makes the kernel prune.
+contributions in one canonical order, by document frequency then token (a
+global order, not a property of this index), so a row's score is the same
+to the bit whichever path computed it, and whichever index holds it when the
+statistics are supplied from outside (``stats=``, for a corpus split into
+shards: see ``partial_stats`` and ``combine_stats``): the top ``j`` is
+always the prefix of the top ``n`` (``j < n``), whatever ``fetch_k`` makes
+the kernel prune, and shards' tops merge into the whole corpus's.
 
 Example::
 
@@ -48,7 +52,8 @@ from __future__ import annotations
 
 import collections
 import math
-from typing import Any, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
 import numpy as np
@@ -58,8 +63,8 @@ from irflow.postings import Postings
 from irflow.topk import TopK, topk_rows
 
 __all__ = [
-    "BM25Params", "BM25ParamError", "bm25_topk", "bm25_scores",
-    "VARIANTS", "STATS", "DEFAULT_DELTA",
+    "BM25Params", "BM25ParamError", "BM25Stats", "PartialStats", "bm25_topk", "bm25_scores",
+    "partial_stats", "combine_stats", "mean_okapi_idf", "VARIANTS", "STATS", "DEFAULT_DELTA",
 ]
 
 VARIANTS: tuple[str, ...] = ("okapi", "bm25l", "bm25plus")
@@ -164,18 +169,121 @@ class BM25Params:
 
 
 # -- statistics -----------------------------------------------------------------------
+#
+# BM25 scores a row against collection statistics: how many rows (N), their
+# total length (for the average), each query token's document frequency, and
+# for Okapi's negative-idf floor the mean idf over the statistics rows' whole
+# vocabulary.  By default the kernel computes them from the rows it holds
+# (the candidates, or the corpus).  A corpus split into shards cannot: each
+# shard holds a part of the rows, so a driver gathers every shard's
+# ``partial_stats`` (phase one), adds them up with ``combine_stats`` and
+# sends the result back to every shard's ``bm25_topk(..., stats=...)``
+# (phase two), as Elasticsearch's dfs_query_then_fetch does.  The vocabulary
+# (every term's df) is exchanged only when a query has a negative Okapi idf
+# (``BM25Stats.needs_vocabulary``), which common words in small candidate
+# sets do.  With the same statistics a row gets the same score to the bit on
+# any shard: see "Canonical order" below.
+
+
+def _frozen_counts(value: Mapping[str, int] | None) -> Mapping[str, int] | None:
+    return None if value is None else MappingProxyType({str(t): int(c) for t, c in dict(value).items()})
+
+
+def _non_negative(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise IrflowError(f"bm25 statistics: {attribute.name} must be an integer >= 0, got {value!r}")
+
+
+@attrs.frozen
+class PartialStats:
+    """One row set's share of the statistics (what a shard sends in phase one).
+
+    ``n_docs`` rows of ``total_length`` tokens; ``df``: the document
+    frequency among them of each requested token (0 for a token they lack);
+    ``vocabulary``: every term present in them with its df, only when asked
+    (``partial_stats(..., vocabulary=True)``).  Sums over row sets: see
+    ``combine_stats``.
+    """
+
+    n_docs: int = attrs.field(validator=_non_negative)
+    total_length: int = attrs.field(validator=_non_negative)
+    df: Mapping[str, int] = attrs.field(converter=_frozen_counts)
+    vocabulary: Mapping[str, int] | None = attrs.field(default=None, converter=_frozen_counts)
+
+
+@attrs.frozen
+class BM25Stats:
+    """Collection statistics BM25 scores against: counts, not a row set.
+
+    ``n_docs`` statistics rows of ``total_length`` tokens in all; ``df``:
+    the document frequency of every query token the kernel will see (a
+    token missing here is an error, a token with df 0 is unknown to the
+    statistics rows and contributes nothing, as in rank_bm25);
+    ``mean_okapi_idf``: rank_bm25's ``average_idf`` over the statistics
+    rows' vocabulary, needed only by Okapi for a token with a negative idf
+    (None: not computed; the kernel then refuses such a token).
+
+    >>> BM25Stats(n_docs=3, total_length=7, df={"fox": 1}).avgdl
+    2.3333333333333335
+    """
+
+    n_docs: int = attrs.field(validator=_non_negative)
+    total_length: int = attrs.field(validator=_non_negative)
+    df: Mapping[str, int] = attrs.field(converter=_frozen_counts)
+    mean_okapi_idf: float | None = attrs.field(default=None)
+
+    @property
+    def avgdl(self) -> float:
+        return self.total_length / self.n_docs
+
+    def needs_vocabulary(self, params: "BM25Params", query_tokens: Iterable[str]) -> bool:
+        """Whether scoring these tokens needs ``mean_okapi_idf`` (and it is missing).
+
+        True for Okapi when a token's idf is negative (a token in more than
+        about half the statistics rows): ask every shard for its vocabulary
+        and combine again.
+        """
+        if params.variant != "okapi" or self.mean_okapi_idf is not None:
+            return False
+        n = self.n_docs
+        return any(0 < self.df.get(t, 0) and math.log(n - self.df[t] + 0.5) - math.log(self.df[t] + 0.5) < 0
+                   for t in set(query_tokens))
+
+
+def mean_okapi_idf(n_docs: int, document_frequencies: Iterable[int] | np.ndarray) -> float:
+    """rank_bm25's ``average_idf``: the mean Okapi idf over the terms with df > 0.
+
+    Computed from the multiset of df values (their histogram, each distinct
+    df's idf once, summed with ``math.fsum``), so the bits do not depend on
+    the order of the terms: a driver combining shards' vocabularies gets the
+    value a single machine gets.
+
+    >>> round(mean_okapi_idf(4, [1, 1, 3]), 6)
+    0.282433
+    """
+    df = np.asarray(list(document_frequencies) if not isinstance(document_frequencies, np.ndarray)
+                    else document_frequencies, dtype=np.int64)
+    df = df[df > 0]
+    if df.size == 0:
+        return 0.0
+    counts = np.bincount(df)
+    values = np.flatnonzero(counts)
+    total = math.fsum(int(counts[v]) * (math.log(n_docs - v + 0.5) - math.log(v + 0.5))
+                      for v in values.tolist())
+    return total / int(df.size)
 
 
 class _Stats:
-    """Corpus statistics of one set of rows (the candidates, or the corpus).
+    """Statistics of one set of rows (the candidates, the corpus, or supplied from outside).
 
     Holds numbers only, so a cached entry never keeps a caller's mask alive or
     goes stale when the caller mutates it: the cache key is the mask's digest.
     """
 
-    __slots__ = ("key", "n_docs", "total_length", "mean_okapi_idf", "df_cache")
+    __slots__ = ("key", "n_docs", "total_length", "mean_okapi_idf", "df_cache", "supplied")
 
-    def __init__(self, key: tuple, n_docs: int, total_length: int) -> None:
+    def __init__(self, key: tuple, n_docs: int, total_length: int,
+                 supplied: BM25Stats | None = None) -> None:
         self.key = key
         self.n_docs = n_docs
         self.total_length = total_length
@@ -183,6 +291,7 @@ class _Stats:
         # term (by its postings' start offset) -> document frequency in this set:
         # common terms recur across queries and cost a pass over their postings
         self.df_cache: dict[int, int] = {}
+        self.supplied = supplied
 
     @property
     def avgdl(self) -> float:
@@ -218,14 +327,65 @@ def _document_frequencies(postings: Postings, rows_mask: np.ndarray | None) -> n
 
 
 def _mean_okapi_idf(postings: Postings, stats: _Stats, rows_mask: np.ndarray | None) -> float:
-    """rank_bm25's ``average_idf``: the mean raw Okapi idf over the set's vocabulary."""
+    """``mean_okapi_idf`` of the set's vocabulary, cached on the statistics."""
     if stats.mean_okapi_idf is None:
-        df = _document_frequencies(postings, rows_mask)
-        df = df[df > 0].astype(np.float64)
-        n = stats.n_docs
-        idf = np.log(n - df + 0.5) - np.log(df + 0.5)
-        stats.mean_okapi_idf = float(idf.sum() / idf.size) if idf.size else 0.0
+        stats.mean_okapi_idf = mean_okapi_idf(stats.n_docs, _document_frequencies(postings, rows_mask))
     return stats.mean_okapi_idf
+
+
+def partial_stats(postings: Postings, rows: np.ndarray | None, tokens: Iterable[str], *,
+                  vocabulary: bool = False) -> PartialStats:
+    """The statistics of the rows in ``rows`` (bool mask; None: every row) for ``tokens``.
+
+    What one shard contributes: its row count, total length and each
+    distinct token's df among those rows; with ``vocabulary=True`` also every
+    present term's df (for Okapi's floor; large, so only on demand).
+
+    >>> p = Postings.build([["a", "b"], ["b"], ["c"]])
+    >>> partial_stats(p, np.array([True, True, False]), ["b", "zz"]).df["b"]
+    2
+    """
+    rows = _check_mask(rows, postings.n_rows, "rows")
+    stats = _stats(postings, rows)
+    offsets, post_rows = postings.term_offsets, postings.post_rows
+    df = {}
+    for token in dict.fromkeys(tokens):
+        term = postings.vocab.get(token)
+        if term is None:
+            df[token] = 0
+            continue
+        lo, hi = int(offsets[term]), int(offsets[term + 1])
+        df[token] = hi - lo if rows is None else int(np.count_nonzero(rows[post_rows[lo:hi].astype(np.intp)]))
+    terms = None
+    if vocabulary:
+        counts = _document_frequencies(postings, rows)
+        present = np.flatnonzero(counts).tolist()
+        names = postings.vocab_terms
+        terms = {names[t]: int(counts[t]) for t in present}
+    return PartialStats(n_docs=stats.n_docs, total_length=stats.total_length, df=df, vocabulary=terms)
+
+
+def combine_stats(parts: Sequence[PartialStats]) -> BM25Stats:
+    """Global statistics from the row sets' shares (sums; the Okapi mean when every share sent its vocabulary).
+
+    >>> a = PartialStats(n_docs=2, total_length=5, df={"x": 1})
+    >>> b = PartialStats(n_docs=1, total_length=2, df={"x": 1, "y": 0})
+    >>> combine_stats([a, b]).df["x"], combine_stats([a, b]).n_docs
+    (2, 3)
+    """
+    df: dict[str, int] = {}
+    for part in parts:
+        for token, count in part.df.items():
+            df[token] = df.get(token, 0) + count
+    n_docs = sum(p.n_docs for p in parts)
+    mean = None
+    if parts and all(p.vocabulary is not None for p in parts):
+        vocabulary: dict[str, int] = {}
+        for part in parts:
+            for term, count in part.vocabulary.items():  # type: ignore[union-attr]
+                vocabulary[term] = vocabulary.get(term, 0) + count
+        mean = mean_okapi_idf(n_docs, np.fromiter(vocabulary.values(), dtype=np.int64, count=len(vocabulary)))
+    return BM25Stats(n_docs=n_docs, total_length=sum(p.total_length for p in parts), df=df, mean_okapi_idf=mean)
 
 
 def _idf(params: BM25Params, n_docs: int, df: int, mean_idf: "Any") -> float:
@@ -262,14 +422,21 @@ def _idf(params: BM25Params, n_docs: int, df: int, mean_idf: "Any") -> float:
 #
 # Canonical order.  Float addition is not associative, so every path adds a
 # row's contributions in one fixed order: the terms' order in ``terms()``,
-# ascending by the postings a term costs to score (``_Scorer.size``), ties by
-# first occurrence in the query, starting from 0 and skipping absent terms
-# (adding an exact 0 changes nothing).  A row's score is then bit-identical whichever path computed it, so
-# equal scores tie exactly, ties break by row order, and the top ``j`` is the
-# prefix of the top ``n`` for any ``j < n``.  Ascending size makes MaxScore's
-# essential terms (the rarest) a prefix of that order: a row's partial score is
-# its canonical sum so far, and the common terms are added on top, in order,
-# with no term scored twice.
+# ascending by document frequency in the statistics rows, ties by the token
+# itself (its string: term ids are local to one index, tokens are not),
+# starting from 0 and skipping absent terms (adding an exact 0 changes
+# nothing).  Both keys are global quantities: a shard scoring with the
+# global statistics orders a row's terms exactly as one machine does, so
+# the row gets the same bits wherever it lives.  Within one index a row's
+# score is bit-identical whichever path computed it, so equal scores tie
+# exactly, ties break by row order, and the top ``j`` is the prefix of the
+# top ``n`` for any ``j < n``.  MaxScore's essential terms are a prefix of
+# that order (the rarest by df; the scoring cost of a term, its local
+# postings or the candidates, only decides how long the prefix is): a row's
+# partial score is its canonical sum so far, and the common terms are added
+# on top, in order, with no term scored twice.  BM25Plus's constant (its
+# ``idf * delta`` per known token, present in the row or not) is summed in
+# the same order over every token the statistics know, held locally or not.
 
 
 def _check_mask(mask: np.ndarray | None, n_rows: int, name: str) -> np.ndarray | None:
@@ -361,7 +528,8 @@ def _norms(postings: Postings, stats: _Stats, params: BM25Params) -> tuple[np.nd
     One gather of this per term replaces a gather of lengths and three passes.
     """
     scaled = params.variant != "bm25l"
-    key = ("norms", stats.key, params.b, params.k1 if scaled else None)
+    # keyed by the numbers, not the row set: supplied statistics share the entry
+    key = ("norms", stats.n_docs, stats.total_length, params.b, params.k1 if scaled else None)
 
     def make() -> tuple[np.ndarray, bool]:
         norms = (1 - params.b) + params.b * postings.doc_lengths / stats.avgdl
@@ -389,13 +557,17 @@ class _Scorer:
     """Scores queries against one candidate set with fixed statistics."""
 
     def __init__(self, postings: Postings, params: BM25Params, mask: np.ndarray | None,
-                 stats_mask: np.ndarray | None) -> None:
+                 stats_mask: np.ndarray | None, supplied: BM25Stats | None = None) -> None:
         self.postings = postings
         self.params = params
         self.variant = params.variant
         self.mask = mask
         self.stats_mask = stats_mask
-        self.stats = _stats(postings, stats_mask)
+        if supplied is None:
+            self.stats = _stats(postings, stats_mask)
+        else:
+            self.stats = _Stats(("supplied",), supplied.n_docs, supplied.total_length, supplied)
+            self.stats.mean_okapi_idf = supplied.mean_okapi_idf
         self.k1 = params.k1
         self.delta = params.effective_delta
         self.usable = self.stats.n_docs > 0 and self.stats.total_length > 0
@@ -436,32 +608,62 @@ class _Scorer:
         """The query's distinct terms known to the statistics set, and BM25Plus's constant.
 
         Terms come in the canonical order every path sums them in: ascending by
-        ``size``, ties by first occurrence in the query.  A repeated token is one
-        term of weight ``count * idf``.
+        document frequency in the statistics rows, ties by token.  A repeated
+        token is one term of weight ``count * idf``.  With supplied statistics a
+        token they know but this index lacks still counts in BM25Plus's
+        constant (every row gets it).
         """
         p = self.postings
         vocab, offsets = p.vocab, p.term_offsets
-        terms, constant = [], 0.0
+        supplied = self.stats.supplied
+        found = []
         # a query has a handful of tokens: plain Python beats numpy's call overhead here
         for token, count in collections.Counter(tokens).items():
             term = vocab.get(token)
-            if term is None:
-                continue
-            lo, hi = int(offsets[term]), int(offsets[term + 1])
-            column = int(self.head_index[term])
-            df = self._df(lo, hi, column) if hi > lo else 0
+            lo = hi = 0
+            column = -1
+            if term is not None:
+                lo, hi = int(offsets[term]), int(offsets[term + 1])
+                column = int(self.head_index[term])
+            if supplied is None:
+                df = self._df(lo, hi, column) if hi > lo else 0
+            else:
+                df = supplied.df.get(token)
+                if df is None:
+                    raise IrflowError(
+                        f"the supplied bm25 statistics have no document frequency for query token {token!r}; "
+                        "compute them for every distinct token of the batch (partial_stats / combine_stats)"
+                    )
             if df == 0:
                 continue  # unknown to the statistics corpus: rank_bm25's idf.get() -> 0
-            weight = count * _idf(self.params, self.stats.n_docs, df, self._mean_idf)
+            found.append((df, token, count, lo, hi, column))
+        found.sort(key=lambda f: (f[0], f[1]))
+        terms, constant = [], 0.0
+        for df, token, count, lo, hi, column in found:
+            weight = count * _idf(self.params, self.stats.n_docs, df, self._mean_idf_for(token))
             if self.variant == "bm25plus":
                 constant += weight * self.delta
+            if hi == lo:
+                continue  # no posting in this index: contributes the constant only
             bound = weight * (self.k1 + 1.0)
             if self.variant == "bm25l":
                 bound *= float(p.post_tfs[lo:hi].max())
             terms.append(_Term(lo, hi, column, weight, max(bound, 0.0)))
-        if len(terms) > 1:
-            terms.sort(key=self.size)  # stable: equal sizes keep the query's order
         return terms, constant
+
+    def _mean_idf_for(self, token: str) -> Any:
+        """The Okapi floor's mean idf, computed on first need (a token with a negative idf)."""
+        def mean() -> float:
+            if self.stats.supplied is not None:
+                if self.stats.mean_okapi_idf is None:
+                    raise IrflowError(
+                        f"query token {token!r} has a negative Okapi idf, so the score needs the mean idf "
+                        "over the statistics vocabulary, which the supplied statistics lack; combine "
+                        "partial_stats(..., vocabulary=True) (BM25Stats.needs_vocabulary tells when)"
+                    )
+                return self.stats.mean_okapi_idf
+            return self._mean_idf()
+        return mean
 
     def _mean_idf(self) -> float:
         return _mean_okapi_idf(self.postings, self.stats, self.stats_mask)
@@ -753,9 +955,13 @@ class _Scorer:
 
 
 def _prepare(postings: Postings, mask: np.ndarray | None, params: BM25Params,
-             corpus_mask: np.ndarray | None) -> _Scorer:
+             corpus_mask: np.ndarray | None, stats: BM25Stats | None = None) -> _Scorer:
     if not isinstance(params, BM25Params):
         params = BM25Params.from_mapping(params)
+    if stats is not None:
+        if not isinstance(stats, BM25Stats):
+            raise IrflowError(f"stats must be a BM25Stats (see combine_stats), got {type(stats).__name__}")
+        return _Scorer(postings, params, _check_mask(mask, postings.n_rows, "mask"), None, stats)
     if mask is None and corpus_mask is None:
         # no caller arrays involved: the scorer itself can be reused across calls
         return postings.norm_cache.get_or_make(("scorer", params),
@@ -768,7 +974,7 @@ def _prepare(postings: Postings, mask: np.ndarray | None, params: BM25Params,
 
 def bm25_topk(postings: Postings, query_tokens: Sequence[Sequence[str]], mask: np.ndarray | None,
               fetch_k: int, params: BM25Params = BM25Params(), *,
-              corpus_mask: np.ndarray | None = None) -> TopK:
+              corpus_mask: np.ndarray | None = None, stats: BM25Stats | None = None) -> TopK:
     """Top ``fetch_k`` BM25 candidates of each tokenized query, as one ``TopK``.
 
     ``mask`` (bool, one entry per row; None = every row) selects the
@@ -776,15 +982,18 @@ def bm25_topk(postings: Postings, query_tokens: Sequence[Sequence[str]], mask: n
     those of the candidates, so scores equal rank_bm25 built over the
     candidates' token lists in row order; with ``"corpus"`` they are those of
     the rows in ``corpus_mask`` (None = every row, e.g. pass the live rows to
-    leave deleted records out of the statistics).  Only candidates containing
-    at least one query token are returned; ties break by row order.
+    leave deleted records out of the statistics).  ``stats`` supplies them
+    from outside instead (a shard scoring with global statistics, see
+    ``combine_stats``); ``params.stats`` and ``corpus_mask`` then play no
+    part.  Only candidates containing at least one query token are returned;
+    ties break by row order.
 
     >>> p = Postings.build([["a", "b"], ["b"], ["c"]])
     >>> bm25_topk(p, [["b"], ["zz"]], np.array([True, True, False]), 5).counts().tolist()
     [2, 0]
     """
     n_queries = len(query_tokens)
-    scorer = _prepare(postings, mask, params, corpus_mask)
+    scorer = _prepare(postings, mask, params, corpus_mask, stats)
     if fetch_k <= 0 or not scorer.usable or n_queries == 0:
         return TopK.empty(n_queries)
     if n_queries == 1:  # the common case, without the batch bookkeeping
@@ -797,7 +1006,7 @@ def bm25_topk(postings: Postings, query_tokens: Sequence[Sequence[str]], mask: n
 
 def bm25_scores(postings: Postings, query_tokens: Sequence[str], mask: np.ndarray | None,
                 params: BM25Params = BM25Params(), *,
-                corpus_mask: np.ndarray | None = None) -> np.ndarray:
+                corpus_mask: np.ndarray | None = None, stats: BM25Stats | None = None) -> np.ndarray:
     """The full score vector of one query, ``(n_rows,)`` float64 (for tests and traces).
 
     Candidates get the score rank_bm25 would give them (including rows with
@@ -807,7 +1016,7 @@ def bm25_scores(postings: Postings, query_tokens: Sequence[str], mask: np.ndarra
     >>> bm25_scores(p, ["a"], np.array([True, True, False])).round(4).tolist()
     [0.0, 0.0, -inf]
     """
-    scorer = _prepare(postings, mask, params, corpus_mask)
+    scorer = _prepare(postings, mask, params, corpus_mask, stats)
     scores = np.zeros(postings.n_rows, dtype=np.float64)
     if scorer.usable:
         terms, constant = scorer.terms(query_tokens)

@@ -386,8 +386,8 @@ def parse_sweeps(ctx: click.Context | None, param: click.Parameter | None,
               help="Analyzer name (plain, identifier, english); default: irflow.text.DEFAULT_ANALYZER.")
 @click.option("--title-mode", type=click.Choice(["prepend", "separate", "ignore"]), default="prepend",
               show_default=True, help="How document titles become records.")
-@click.option("--depth", type=click.IntRange(min=1), default=None,
-              help="Documents ranked per query (default: the largest metric cutoff, 1000 for map).")
+@click.option("--depth", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Documents ranked per query, whatever the metrics (a metric's cutoff may not exceed it).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True,
               help="Queries run per recipe call.")
 @click.option("--holdout", type=click.Choice(["tune", "test"]), default=None,
@@ -401,10 +401,11 @@ def parse_sweeps(ctx: click.Context | None, param: click.Parameter | None,
 @click.option("--cache/--no-cache", default=True, show_default=True,
               help="Reuse the corpus built for this collection and settings ($IRFLOW_HOME/cache/eval).")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
-@click.option("--json", "as_json", is_flag=True, help="Print only {recipe: {metric: value}} as JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print only JSON: dataset, split, queries, depth, {system: {metric: value}} and parameters.")
 def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: str, settings: dict[str, Any],
                  sweeps: dict[str, list[Any]], embedder: str | None, analyzer: str | None, title_mode: str,
-                 depth: int | None, batch_size: int, holdout: str | None, holdout_seed: int, baseline: str | None,
+                 depth: int, batch_size: int, holdout: str | None, holdout_seed: int, baseline: str | None,
                  runs_dir: Path | None, cache: bool, progress: bool | None, as_json: bool) -> None:
     """Evaluate RECIPEs (files or built-in names) on a test collection and print the metrics."""
     from irflow.datasets import load_beir
@@ -433,7 +434,7 @@ def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: st
             raise UserError(f"cannot write the runs: {explain_os_error(error)}") from None
         click.echo(f"{len(written)} run file{'' if len(written) == 1 else 's'} written to {runs_dir}", err=True)
     if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2))
+        click.echo(json.dumps(result.summary(), indent=2))
         return
     source = result.corpus
     where = "" if source is None or source.path is None else f"; corpus {source.status}: {source.path}"

@@ -423,7 +423,12 @@ class Corpus:
         return vectors
 
     def dense_topk(self, query_vectors: np.ndarray, mask: np.ndarray | None, fetch_k: int) -> TopK:
-        """Exact cosine top *fetch_k* over the candidates (live rows only), one matrix product for the batch."""
+        """Exact cosine top *fetch_k* over the candidates (live rows only), for a batch of query vectors.
+
+        A query's scores are the same to the bit in any batch, plan, thread
+        count or BLAS kernel (see :mod:`irflow.dense`); the vectors are
+        read-only, so their norm bound is computed once, on the first query.
+        """
         vectors = self._require_vectors()
         queries = np.asarray(query_vectors, dtype=np.float32)
         if queries.ndim == 1:
@@ -444,12 +449,19 @@ class Corpus:
         mask: np.ndarray | None,
         fetch_k: int,
         params: "_bm25.BM25Params | Mapping[str, Any] | None" = None,
+        stats: "_bm25.BM25Stats | None" = None,
     ) -> TopK:
-        """BM25 top *fetch_k* over the candidates (live rows only); corpus statistics leave deleted rows out."""
+        """BM25 top *fetch_k* over the candidates (live rows only); corpus statistics leave deleted rows out.
+
+        ``stats``: collection statistics supplied from outside (a shard of a
+        larger corpus scoring with the global ones, see
+        :func:`irflow.bm25.combine_stats`); they replace ``params.stats``.
+        """
         if not isinstance(params, _bm25.BM25Params):
             params = _bm25.BM25Params.from_mapping(params)
         live = None if len(self.store) == self.n_rows else self.store.live
-        return _bm25.bm25_topk(self.postings, query_tokens, self._effective_mask(mask), fetch_k, params, corpus_mask=live)
+        return _bm25.bm25_topk(self.postings, query_tokens, self._effective_mask(mask), fetch_k, params,
+                               corpus_mask=live, stats=stats)
 
     def _require_vectors(self) -> np.ndarray:
         vectors = self.vectors  # checked once, on first use, when read from disk

@@ -8,15 +8,20 @@ It returns an :class:`Evaluation`: means, per-query values and the runs of
 each system, a table with the best value per metric marked, paired
 significance tests against a baseline, and TREC run files.
 
-How deep each ranking is.  Every metric needs the ranking to its cutoff; a
-metric without one (``map``) is computed over the top ``depth`` documents
-(default 1000, trec_eval's usual depth).  So ``depth`` defaults to the
-largest cutoff, or 1000 when a metric has none, and is passed to every
-recipe that has a ``k`` parameter (unless ``params`` sets ``k``).  When each
-document is one record (title mode ``"prepend"`` or ``"ignore"``), collapsing
-per artifact cannot drop anything, so a recipe's ``fetch_k`` (the depth of
-each first-stage channel) defaults to ``depth`` too instead of the seed's
-over-fetch ``max(5k, 50)``: the same ranking at a fifth of the work.
+How deep each ranking is.  Every ranking is ``depth`` documents deep
+(default 1000, trec_eval's usual depth; ``depth=`` / ``irflow eval
+--depth N``), whatever the metrics: a metric never changes because another
+one was asked for.  (Deriving the depth from the largest cutoff did that:
+the depth feeds ``fetch_k``, so fusion saw deeper channels when recall@100
+or map was requested, and nDCG@10 moved.)  A metric whose cutoff exceeds
+the depth is refused.  The depth is passed to every recipe that has a ``k``
+parameter (unless ``params`` sets ``k``), printed with the results, and
+recorded in ``Evaluation.summary()`` (``--json``) and beside the run files
+(``runs.json``).  When each document is one record (title mode
+``"prepend"`` or ``"ignore"``), collapsing per artifact cannot drop
+anything, so a recipe's ``fetch_k`` (the depth of each first-stage channel)
+defaults to ``depth`` too instead of the seed's over-fetch ``max(5k, 50)``:
+the same ranking at a fifth of the work.
 
 Sweeps reuse work.  One :class:`~irflow.executor.StageCache` serves the whole
 evaluation, and the loop is batch-major (for each query batch, every recipe
@@ -38,6 +43,7 @@ so they see exactly what the exported TREC run files show.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -74,25 +80,30 @@ __all__ = [
 
 #: The metrics :func:`evaluate` reports unless told otherwise.
 DEFAULT_METRICS: tuple[str, ...] = ("ndcg@10", "recall@100", "mrr@10", "map", "p@10")
-#: Ranking depth for metrics without a cutoff (trec_eval's customary 1000).
+#: Documents ranked per query unless told otherwise (trec_eval's customary 1000).
 DEFAULT_DEPTH = 1000
 
 _FILE_UNSAFE = re.compile(r"[^A-Za-z0-9._=,-]+")
 
 
 def ranking_depth(metrics: Iterable[Metric], depth: int | None = None) -> int:
-    """How deep a ranking the metrics need: ``depth`` if given, else the largest cutoff
-    (or :data:`DEFAULT_DEPTH` when some metric has no cutoff).
+    """How deep every ranking is: ``depth`` if given, else :data:`DEFAULT_DEPTH`.
 
-    >>> ranking_depth(parse_metrics("ndcg@10,recall@100")), ranking_depth(parse_metrics("map"))
-    (100, 1000)
+    Never derived from the metrics (see the module docstring); a metric
+    whose cutoff is deeper than the depth is an error.
+
+    >>> ranking_depth(parse_metrics("ndcg@10,recall@100")), ranking_depth(parse_metrics("map"), 50)
+    (1000, 50)
     """
-    if depth is not None:
-        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-            raise EvaluationError(f"depth must be a positive integer (documents ranked per query), got {depth!r}")
-        return depth
-    cutoffs = [m.k for m in metrics]
-    return DEFAULT_DEPTH if any(k is None for k in cutoffs) else max(k for k in cutoffs if k is not None)
+    if depth is None:
+        depth = DEFAULT_DEPTH
+    elif isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise EvaluationError(f"depth must be a positive integer (documents ranked per query), got {depth!r}")
+    deeper = [str(m) for m in metrics if m.k is not None and m.k > depth]
+    if deeper:
+        raise EvaluationError(f"metric(s) {', '.join(deeper)} need a ranking deeper than the depth {depth}; "
+                              f"raise it (depth= / --depth N) or lower the cutoff")
+    return depth
 
 
 @attrs.frozen(eq=False)
@@ -164,6 +175,24 @@ class Comparisons:
         return self.table()
 
 
+def _jsonable(value: Any) -> Any:
+    """``value`` with anything JSON cannot hold shown as its repr (parameters are mostly plain)."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    # write then rename, like the run files, so a reader never sees half a manifest
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def _nan_to_one(p: float | None) -> float:
     return 1.0 if p is None or math.isnan(p) else p
 
@@ -226,8 +255,25 @@ class Evaluation:
         return {s.label: s.run for s in self.systems}
 
     def to_dict(self) -> dict[str, dict[str, float]]:
-        """``{label: {metric: mean}}``: what ``irflow eval --json`` prints."""
+        """``{label: {metric: mean}}``."""
         return {s.label: dict(s.means) for s in self.systems}
+
+    def summary(self) -> dict[str, Any]:
+        """What ``irflow eval --json`` prints: the setting (dataset, split, queries, depth) and the means.
+
+        ``systems`` is ``to_dict()``; ``params`` the recipe parameters each
+        system ran with beyond its defaults (the depth's ``k`` and
+        ``fetch_k`` among them), so the figures can be reproduced.
+        """
+        return {
+            "dataset": self.dataset,
+            "split": self.split,
+            "queries": self.n_queries,
+            "depth": self.depth,
+            "metrics": list(self.metrics),
+            "systems": self.to_dict(),
+            "params": {s.label: _jsonable(s.params) for s in self.systems},
+        }
 
     # -- reports -------------------------------------------------------------
 
@@ -308,6 +354,8 @@ class Evaluation:
         Characters other than letters, digits and ``._=,-`` in a label become
         ``_`` in the file name and the run tag (``hybrid[rrf_k=10]`` ->
         ``hybrid_rrf_k=10_.run``); the tag is the label unless ``tag`` is given.
+        ``runs.json`` beside them records how they were made: ``summary()``
+        plus each label's file (a TREC run file has no room for a header).
         """
         root = Path(directory)
         root.mkdir(parents=True, exist_ok=True)
@@ -323,6 +371,8 @@ class Evaluation:
             path = root / f"{candidate}.run"
             write_trec_run(path, system.run, tag=tag or candidate)
             written[system.label] = path
+        manifest = {**self.summary(), "files": {label: path.name for label, path in written.items()}}
+        _write_json(root / "runs.json", manifest)
         return written
 
     def __str__(self) -> str:
@@ -583,7 +633,8 @@ def evaluate(
       (cached on disk under ``cache_dir``, default ``$IRFLOW_HOME/cache/eval``;
       ``use_cache=False`` builds in memory). ``embedder=None`` builds a
       lexical-only corpus.
-    - ``depth``: documents ranked per query (see the module docstring).
+    - ``depth``: documents ranked per query, default 1000 whatever the
+      metrics (see the module docstring).
     - ``queries``: evaluate only these judged query ids (a held-aside half).
     - ``baseline``: a label among the systems, or a recipe to add first; it
       becomes the default of :meth:`Evaluation.compare`.
@@ -666,5 +717,6 @@ def evaluate_runs(
     for label, run in runs.items():
         plain = {q: {d: float(s) for d, s in scores.items()} for q, scores in run.items()}
         systems.append(_system(label, "", {}, plain, judged, parsed, 0.0))
-    return Evaluation(dataset, split, tuple(str(m) for m in parsed), ranking_depth(parsed), judged, tuple(systems),
-                      baseline)
+    # the runs' own depth: the longest ranking they hold
+    deepest = max((len(scores) for run in runs.values() for scores in run.values()), default=0)
+    return Evaluation(dataset, split, tuple(str(m) for m in parsed), deepest, judged, tuple(systems), baseline)

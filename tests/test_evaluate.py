@@ -91,14 +91,19 @@ def test_metric_values_match_hand_computation(tiny: Path) -> None:
         assert system.means[metric] == pytest.approx(value, abs=1e-12), metric
     assert system.per_query["ndcg@10"] == pytest.approx(dict(zip(["q1", "q2", "q3"], ndcg)))
     assert ev.to_dict() == {"lexical": system.means}
-    # the depth reaches the deepest metric: map has no cutoff, so 1000
+    # every ranking is 1000 deep by default, whatever the metrics
     assert ev.depth == 1000 and system.params["k"] == 1000
 
 
 def test_depth_and_query_subset(tiny: Path) -> None:
-    assert ranking_depth(parse_metrics("ndcg@10,recall@100")) == 100
+    # fixed, never derived from the metrics (a deeper cutoff is refused)
+    assert ranking_depth(parse_metrics("ndcg@10,recall@100")) == 1000
     assert ranking_depth(parse_metrics("map"), 50) == 50
+    with pytest.raises(EvaluationError, match="recall@100 need a ranking deeper than the depth 50"):
+        ranking_depth(parse_metrics("ndcg@10,recall@100"), 50)
     ev = evaluate("lexical", tiny, embedder=None, analyzer="plain", metrics="ndcg@3,p@1", queries=["q2"])
+    assert ev.depth == 1000 and ev["lexical"].params == {"k": 1000, "fetch_k": 1000}
+    ev = evaluate("lexical", tiny, embedder=None, analyzer="plain", metrics="ndcg@3,p@1", queries=["q2"], depth=3)
     assert ev.depth == 3 and ev["lexical"].params == {"k": 3, "fetch_k": 3}
     assert ev.n_queries == 1 and ev["lexical"].means == {"ndcg@3": pytest.approx(1.5 / (1 + 1 / math.log2(3))),
                                                          "p@1": 1.0}
@@ -309,10 +314,16 @@ def test_cli_eval_json_shape(tiny: Path, tmp_path: Path) -> None:
                     "--embedder", "hash")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)  # exactly one JSON object on stdout
-    assert list(data) == ["lexical", "hybrid[rrf_k=10]", "hybrid[rrf_k=60]"]
+    assert data["depth"] == 1000 and data["dataset"] == "tiny" and data["queries"] == 3
+    systems = data["systems"]
+    assert list(systems) == ["lexical", "hybrid[rrf_k=10]", "hybrid[rrf_k=60]"]
     assert all(list(v) == ["ndcg@10", "recall@100"] and all(isinstance(x, float) for x in v.values())
-               for v in data.values())
+               for v in systems.values())
+    assert data["params"]["hybrid[rrf_k=10]"]["rrf_k"] == 10 and data["params"]["lexical"]["k"] == 1000
     assert len(list((tmp_path / "runs").glob("*.run"))) == 3
+    manifest = json.loads((tmp_path / "runs" / "runs.json").read_text())
+    assert manifest["depth"] == 1000 and manifest["systems"] == systems
+    assert manifest["files"]["hybrid[rrf_k=10]"] == "hybrid_rrf_k=10_.run"
 
 
 def test_cli_eval_table_with_baseline(tiny: Path) -> None:
