@@ -154,3 +154,7 @@ class UnknownSurfaceWarning(IrflowWarning):
 
 class RerankerUnavailableWarning(IrflowWarning):
     """The cross-encoder reranker's optional dependency is missing; the first-stage ranking is kept."""
+
+
+class ShardUnavailableError(CorpusError):
+    """A shard of a sharded corpus could not answer (its server died for good): the call gives no answer."""
