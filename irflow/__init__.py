@@ -25,7 +25,7 @@ from irflow.constants import (
     Retriever,
     ScoreBoost,
 )
-from irflow.corpus import Corpus, build, open_corpus
+from irflow.corpus import Corpus, build
 from irflow.boosts import dependency_evidence_boost
 from irflow.embedders import Embedder, resolve_embedder
 from irflow.errors import (
@@ -55,6 +55,9 @@ from irflow.result import Result
 from irflow.retrieve import SearchError, as_retriever, search
 from irflow.stage import Stage, register_stage, stage_kinds
 from irflow.store import CorpusStore
+# open_corpus opens plain and sharded corpora alike; irflow.shard(corpus, n, path) is the function (the
+# package of the same name is imported as `from irflow.shard import ShardedCorpus`)
+from irflow.shard import ShardedCorpus, open_corpus, shard
 from irflow.text import ANALYZERS, Analyzer, get_analyzer
 from irflow.trace import Trace, diff
 from irflow import registry
@@ -97,6 +100,7 @@ __all__ = [
     "ScoreBoost",
     "SearchError",
     "SearchHit",
+    "ShardedCorpus",
     "RerankerUnavailableWarning",
     "Stage",
     "StageCache",
@@ -125,6 +129,7 @@ __all__ = [
     "rerank",
     "resolve_embedder",
     "search",
+    "shard",
     "stage_kinds",
     "with_reranker",
 ]
