@@ -185,6 +185,9 @@ def expand_rows(corpus: Any, query_index: Any, rows: Any, *, window: int | None 
 
     >>> # e = expand_rows(corpus, [0, 0], [12, 40], window=1); e.row, e.offset
     """
+    own = getattr(corpus, "expand_rows", None)
+    if own is not None:  # a corpus that expands on its own (a sharded one: each artifact on its shard)
+        return own(query_index, rows, window=window, surface_kind=surface_kind, stacklevel=stacklevel + 1)
     _check_window(window)
     kinds = _check_kinds(surface_kind)
     store = resolve_store(corpus)
