@@ -1,4 +1,4 @@
-"""The ``irflow`` command line: index, run, eval, validate, graph, trace, demo.
+"""The ``irflow`` command line: index, shard, run, eval, validate, graph, trace, demo.
 
 Readable output by default, ``--json`` for machines.  A user mistake — a bad
 recipe, a missing corpus, a malformed ``--set``, any :class:`IrflowError`, a
@@ -7,6 +7,8 @@ errors, 1 for recipe / validation / corpus errors), never a traceback; an
 unexpected exception is a bug and keeps its traceback.
 
     irflow index records.jsonl --out ./corpus
+    irflow shard ./corpus --shards 4 --out ./corpus.sharded
+    irflow run hybrid --corpus ./corpus.sharded --ray auto --query "sql parser"
     irflow run hybrid --corpus ./corpus --query "sql parser" --set k=5 --trace run.jsonl
     irflow trace show run.jsonl --stage fuse
     irflow trace diff run.jsonl --stages dense fuse
@@ -31,7 +33,7 @@ import click
 
 from irflow import __version__
 from irflow.cli_index import RECORD_FORMAT
-from irflow.cli_plugins import plugin_option
+from irflow.cli_plugins import PLUGINS_META, plugin_option
 from irflow.errors import InputError, IrflowError, ParameterError
 from irflow.fileio import explain_os_error, loads_json
 
@@ -219,6 +221,43 @@ def _embedder_option(embedder: str | None, *, needed: bool = True) -> str | None
 
 
 # --------------------------------------------------------------------------
+# shard
+
+
+#: ``--ray auto|ADDRESS`` of the commands that can run on a Ray cluster (run, eval).
+ray_option: Any = click.option(
+    "--ray", "ray", default=None, metavar="auto|ADDRESS",
+    help="Run on Ray (the ray extra): 'auto' starts a contained local cluster (loopback only, files under "
+         "$IRFLOW_HOME/ray), an ADDRESS joins that cluster as it is. run: the corpus must be sharded "
+         "(irflow shard); eval: query batches are mapped over actors, with the same figures.")
+
+
+@main.command("shard")
+@click.argument("corpus_path", metavar="CORPUS")
+@click.option("--shards", "n", required=True, type=click.IntRange(min=1), help="Number of shards.")
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Directory to write the sharded corpus to (a reshard when it holds one).")
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
+def shard_command(corpus_path: str, n: int, out: Path, progress: bool | None, as_json: bool) -> None:
+    """Split CORPUS (a directory or a name) into --shards N shards holding whole artifacts, into --out."""
+    from irflow.corpus import open_corpus
+    from irflow.shard.split import shard_corpus
+
+    show = sys.stderr.isatty() if progress is None else progress
+    manifest = shard_corpus(open_corpus(corpus_path), n, out, progress=show)
+    summary = {"path": str(out), "name": manifest.name, "records": manifest.live, "rows": manifest.n_rows,
+               "shards": [{"dir": e.dir, "rows": e.n_rows, "artifacts": e.artifacts, "first_row": e.first_row,
+                           "contiguous": e.contiguous} for e in manifest.shards]}
+    if as_json:
+        click.echo(_dumps(summary))
+        return
+    sizes = ", ".join(f"{e.n_rows}" for e in manifest.shards)
+    click.echo(f"sharded {manifest.live} records of corpus {manifest.name!r} into {len(manifest.shards)} shards "
+               f"({sizes} rows) in {out}; run on it: irflow run RECIPE --corpus {out} --ray auto -q QUERY")
+
+
+# --------------------------------------------------------------------------
 # run
 
 
@@ -241,14 +280,15 @@ def _hits_table(hits: Sequence[Any]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print hits (and explanations) as JSON.")
 @click.option("--explain", "explain_n", type=click.IntRange(min=0), default=0, metavar="N",
               help="Explain the top N hits of each query, stage by stage.")
+@ray_option
 def run(recipe: str, corpus_path: str, queries: tuple[str, ...], settings: dict[str, Any], trace_path: Path | None,
-        as_json: bool, explain_n: int) -> None:
-    """Run RECIPE (a file or a built-in name) on a corpus and print the hits."""
-    from irflow.corpus import open_corpus
+        as_json: bool, explain_n: int, ray: str | None) -> None:
+    """Run RECIPE (a file or a built-in name) on a corpus (plain or sharded) and print the hits."""
     from irflow.recipe import load_recipe
+    from irflow.shard import open_corpus  # plain and sharded corpora alike
 
     the_recipe = load_recipe(recipe)
-    corpus = open_corpus(corpus_path)
+    corpus = open_corpus(corpus_path, ray=ray)
     try:
         # explanations are complete only from a trace, and tracing a CLI run costs little
         result = the_recipe.run(corpus, list(queries), trace=bool(trace_path or explain_n), **settings)
@@ -403,10 +443,11 @@ def parse_sweeps(ctx: click.Context | None, param: click.Parameter | None,
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print only JSON: dataset, split, queries, depth, {system: {metric: value}} and parameters.")
+@ray_option
 def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: str, settings: dict[str, Any],
                  sweeps: dict[str, list[Any]], embedder: str | None, analyzer: str | None, title_mode: str,
                  depth: int, batch_size: int, holdout: str | None, holdout_seed: int, baseline: str | None,
-                 runs_dir: Path | None, cache: bool, progress: bool | None, as_json: bool) -> None:
+                 runs_dir: Path | None, cache: bool, progress: bool | None, as_json: bool, ray: str | None) -> None:
     """Evaluate RECIPEs (files or built-in names) on a test collection and print the metrics."""
     from irflow.datasets import load_beir
     from irflow.evaluate import evaluate, holdout_split
@@ -422,7 +463,8 @@ def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: st
         result = evaluate(list(recipes), collection, metrics=metrics, params=settings, sweep=sweeps or None,
                           embedder=spec, analyzer=analyzer,
                           title_mode=title_mode, batch_size=batch_size, depth=depth, queries=queries, progress=show,
-                          use_cache=cache, baseline=baseline)
+                          use_cache=cache, baseline=baseline, ray=ray,
+                          plugins=click.get_current_context().meta.get(PLUGINS_META, ()))
     except ParameterError as error:  # a --set or --sweep value, written as on the command line
         raise UserError(error.message(lambda name, value: _set_label(name, value)[len("--set "):])) from None
     if runs_dir is not None:

@@ -619,6 +619,8 @@ def evaluate(
     use_cache: bool = True,
     baseline: Any = None,
     stage_cache: StageCache | None = None,
+    ray: str | None = None,
+    plugins: Sequence[str] = (),
 ) -> Evaluation:
     """Run recipes over a collection's judged queries and measure them.
 
@@ -640,6 +642,9 @@ def evaluate(
       becomes the default of :meth:`Evaluation.compare`.
     - ``stage_cache``: share a StageCache (default: a new one, bounded to
       about one batch of stage outputs).
+    - ``ray``: run the query batches on a pool of Ray actors (``"auto"``: a
+      local cluster, or an address), with the same figures; ``plugins`` are
+      imported in every actor first (see :mod:`irflow.evalray`).
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise EvaluationError(f"batch_size must be a positive integer, got {batch_size!r}")
@@ -669,8 +674,19 @@ def evaluate(
 
         bar = tqdm(total=len(qids) * len(plans), desc=f"evaluating {collection.name}", unit="query")
     try:
+        if ray is not None:  # the same batches on a pool of actors, gathered back in query order
+            from irflow.evalray import evaluate_batches_on_ray
+
+            batches = [([chosen[q] for q in batch], list(batch)) for batch in _batches(qids, batch_size)]
+            done = evaluate_batches_on_ray(ray, source, embedder, plans, batches, plugins=plugins,
+                                           cache_size=stage_cache.maxsize,
+                                           on_batch=None if bar is None else (lambda n: bar.update(n * len(plans))))
+            for per_system in done:
+                for i, (run, spent) in enumerate(per_system):
+                    runs[i].update(run)
+                    seconds[i] += spent
         # batch-major: all systems on one batch before the next, so the cache only holds one batch
-        for batch in _batches(qids, batch_size):
+        for batch in _batches(qids, batch_size) if ray is None else ():
             texts = [chosen[q] for q in batch]
             for i, plan in enumerate(plans):
                 start = time.perf_counter()

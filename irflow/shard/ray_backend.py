@@ -40,7 +40,7 @@ import os
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import attrs
 
@@ -50,13 +50,15 @@ from irflow.paths import irflow_home
 from irflow.shard.backend import Call
 from irflow.shard.manifest import ShardManifest
 
-__all__ = ["RayBackend", "connect", "shutdown", "CONTAINED_ENV", "ray_temp_dir", "require_ray"]
+__all__ = ["RayBackend", "connect", "shutdown", "map_on_actors", "CONTAINED_ENV", "ray_temp_dir", "require_ray"]
 
 logger = logging.getLogger(__name__)
 
+#: Ray's switch for cluster networking (off: the node is 127.0.0.1, nothing probed).
+CLUSTER_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 #: What irflow sets while it starts a local cluster (see the module docstring).
 CONTAINED_ENV: dict[str, str] = {
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    CLUSTER_SWITCH: "0",
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_AUTH_MODE": "disabled",
 }
@@ -108,6 +110,33 @@ def _contained_env(home: Path) -> Iterator[None]:
                 os.environ[key] = value
 
 
+@contextlib.contextmanager
+def _no_cluster_networking(user: str | None) -> Iterator[None]:
+    """RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 in effect for this process's ``ray.init``, then as the user had it.
+
+    Ray reads the switch once, when ``ray`` is first imported: if the caller
+    imported it before, the environment variable comes too late, and Ray
+    would learn the node's address by asking which interface reaches a
+    public DNS server (turning even an explicit "127.0.0.1" into that
+    address).  So its constant is set for the block; afterwards it is what
+    the user's environment (``user``: their value of the variable) says,
+    whoever imported ray.
+    """
+    import sys
+
+    users_choice = user.lower() in ("1", "true") if user is not None else sys.platform not in ("darwin", "win32")
+    ray = require_ray()
+    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
+    if constants is None or not hasattr(constants, "ENABLE_RAY_CLUSTER"):  # another Ray layout: the env var only
+        yield
+        return
+    constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        constants.ENABLE_RAY_CLUSTER = users_choice
+
+
 def _available_cpus() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -122,8 +151,9 @@ def start_local_cluster(*, num_cpus: int | None = None, object_store_memory: int
     home = temp / "home"
     home.mkdir(parents=True, exist_ok=True)
     (home / "ray_bootstrap_config.yaml").touch()
-    with _contained_env(home):
-        ray = require_ray()  # the cluster switch is read when ray is first imported: inside the block
+    users_switch = os.environ.get(CLUSTER_SWITCH)
+    with _contained_env(home), _no_cluster_networking(users_switch):  # ray first imported with the env set
+        ray = require_ray()
         ray.init(num_cpus=num_cpus or _available_cpus(), object_store_memory=object_store_memory or OBJECT_STORE_BYTES,
                  _temp_dir=str(temp), _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False,
                  logging_level=logging.WARNING, configure_logging=False)
@@ -158,6 +188,56 @@ def shutdown() -> None:
         if ray.is_initialized():
             ray.shutdown()
         _started_here = False
+
+
+def map_on_actors(server: type, init_args: tuple[Any, ...], method: str, items: Sequence[tuple[Any, ...]], *,
+                  address: str = "auto", n_actors: int | None = None,
+                  on_done: Callable[[int, Any], None] | None = None) -> list[Any]:
+    """``server(*init_args).method(*item)`` for every item, spread over a pool of actors; results in item order.
+
+    One actor per CPU of the cluster (``n_actors`` to choose), each holding
+    ``server`` for the whole map (it opens what it needs once); at most two
+    items in flight per actor, so a slow item does not hold back the rest.
+    ``on_done(index, result)`` is called as each item finishes (progress).
+    A dead actor is restarted and its item retried; an error an item
+    raises is raised as itself, and the actors are ended either way.
+    """
+    ray = connect(address)
+    if not items:
+        return []
+    count = n_actors or max(1, int(ray.cluster_resources().get("CPU", 1)))
+    remote = ray.remote(server).options(num_cpus=1, max_restarts=MAX_RESTARTS, max_task_retries=MAX_TASK_RETRIES)
+    actors = [remote.remote(*init_args) for _ in range(min(count, len(items)))]
+    results: list[Any] = [None] * len(items)
+    pending: dict[Any, tuple[int, int]] = {}  # ref -> (item, actor)
+    queue = list(range(len(items)))
+    load = [0] * len(actors)
+    try:
+        while queue or pending:
+            for a in range(len(actors)):
+                while queue and load[a] < 2:
+                    i = queue.pop(0)
+                    pending[getattr(actors[a], method).remote(*items[i])] = (i, a)
+                    load[a] += 1
+            (ref,), _ = ray.wait(list(pending), num_returns=1)
+            i, a = pending.pop(ref)
+            load[a] -= 1
+            try:
+                results[i] = ray.get(ref)
+            except ray.exceptions.RayTaskError as error:
+                cause = getattr(error, "cause", None)
+                raise (cause if isinstance(cause, Exception) else error) from None
+            except ray.exceptions.RayActorError as error:
+                raise ShardUnavailableError(f"a Ray actor of the pool died and was not brought back after "
+                                            f"{MAX_RESTARTS} restarts ({str(error).splitlines()[0][:200]}); "
+                                            "no partial result is returned") from None
+            if on_done is not None:
+                on_done(i, results[i])
+    finally:
+        for actor in actors:
+            with contextlib.suppress(Exception):
+                ray.kill(actor, no_restart=True)
+    return results
 
 
 class _ShardServer:
