@@ -80,7 +80,7 @@ def open_corpus(path_or_name: str | os.PathLike[str], *, embedder: Any = None, v
     root = resolve_corpus_path(path_or_name)
     if is_sharded(root):
         return ShardedCorpus.open(root, ray=ray, embedder=embedder, verify=verify, **ray_options)
-    if ray is not None or ray_options:
+    if (ray is not None or ray_options) and root.is_dir():
         raise CorpusError(f"{root} is not a sharded corpus (no shards.json), so it cannot be served on Ray; shard it "
                           f"first: irflow shard {root} --shards N --out DIR (or irflow.shard(corpus, n, path))")
     return _open_plain(path_or_name, embedder=embedder, verify=verify)
