@@ -103,11 +103,13 @@ class Result:
                     raise IrflowError(f"the output's query batch has {value.queries.n_original} original "
                                       f"queries, the run had {n}")
                 order = np.argsort(origin, kind="stable")
-                hit = self.corpus.hit
-                # one SearchHit per returned candidate: the output is small (k per query)
-                for q, row, score in zip(origin[order].tolist(), value.row[order].tolist(),
-                                         value.score[order].tolist()):
-                    per_query[q].append(hit(row, score))
+                rows, scores = value.row[order].tolist(), value.score[order].tolist()
+                # one SearchHit per returned candidate: the output is small (k per query); a corpus
+                # with a batch lookup (a sharded one: one round per shard) gets the rows at once
+                many = getattr(self.corpus, "hits", None)
+                made = many(rows, scores) if many is not None else list(map(self.corpus.hit, rows, scores))
+                for q, hit in zip(origin[order].tolist(), made):
+                    per_query[q].append(hit)
         else:
             raise IrflowError(f"the output stage {self.output_name!r} produced {type(value).__name__}, "
                               "which has no hits; make a stage producing Candidates or Hits the output")

@@ -49,9 +49,11 @@ class Boost(Stage):
         boost = registry.resolve(self.boost, what="score boost")
         if boost is None:
             return candidates
-        hit = ctx.corpus.hit
+        rows, scores = candidates.row.tolist(), candidates.score.tolist()
+        many = getattr(ctx.corpus, "hits", None)  # a batch lookup when the corpus has one (a sharded corpus)
+        hits = many(rows, scores) if many is not None else list(map(ctx.corpus.hit, rows, scores))
         # a ScoreBoost is a per-hit Python callable; the fetched list is small
-        returned = [boost(hit(row, score)) for row, score in zip(candidates.row.tolist(), candidates.score.tolist())]
+        returned = [boost(hit) for hit in hits]
         values = np.zeros(len(returned), dtype=np.float64)
         for i, value in enumerate(returned):
             # a number, and one a float holds: a string, None, a list or 10**400 is the boost's bug, named

@@ -138,7 +138,9 @@ class Rerank(Stage):
         corpus = ctx.corpus
         rows = candidates.row.tolist()
         ids = np.asarray(corpus.record_ids)[candidates.row].tolist()
-        records = [corpus.record(row) for row in rows]  # the reranker API is per segment: small (fetch_k)
+        many = getattr(corpus, "records", None)  # a batch lookup when the corpus has one (a sharded corpus)
+        # the reranker API is per segment: small (fetch_k)
+        records = many(rows) if many is not None else [corpus.record(row) for row in rows]
         texts = self._texts(corpus, records)
         scores = np.empty(len(candidates), dtype=np.float64)
         for i, text in enumerate(candidates.queries.texts):
