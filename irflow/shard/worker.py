@@ -147,6 +147,10 @@ class ShardWorker:
         return {"index": self.entry.index, "n_rows": self.corpus.n_rows, "live": len(self.corpus),
                 "kinds": list(self.corpus.kinds), "pid": os.getpid(), "math": math_fingerprint()}
 
+    def ping(self) -> None:
+        """Nothing: a round trip (health checks, and the benchmark's cost of a round)."""
+        return None
+
     # -- candidates -------------------------------------------------------------------------
 
     def _mask(self, ref: MaskRef) -> np.ndarray | None:
