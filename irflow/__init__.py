@@ -55,9 +55,10 @@ from irflow.result import Result
 from irflow.retrieve import SearchError, as_retriever, search
 from irflow.stage import Stage, register_stage, stage_kinds
 from irflow.store import CorpusStore
-# open_corpus opens plain and sharded corpora alike; irflow.shard(corpus, n, path) is the function (the
-# package of the same name is imported as `from irflow.shard import ShardedCorpus`)
-from irflow.shard import ShardedCorpus, open_corpus, shard
+# open_corpus opens plain and sharded corpora alike; irflow.shard is the package, callable as
+# irflow.shard(corpus, n, path) (irflow.shard.shard)
+from irflow import shard
+from irflow.shard import ShardedCorpus, open_corpus
 from irflow.text import ANALYZERS, Analyzer, get_analyzer
 from irflow.trace import Trace, diff
 from irflow import registry

@@ -433,3 +433,25 @@ def test_random_corpora_shard_to_the_same_scores(tmp_path_factory, seed, n, inte
         vectors = single.embed_queries(QUERIES)
         assert single.dense_topk(vectors, single.candidate_mask(filter), k) == \
             sharded.dense_topk(vectors, sharded.candidate_mask(filter), k)
+
+
+def test_shards_whose_logarithms_differ_refuse_to_open(sharded_dir, monkeypatch):
+    import irflow.shard.worker as worker
+
+    answers = iter(["a1b2", "a1b2", "ffff"])  # the third shard's C library computes log differently
+    monkeypatch.setattr(worker, "math_fingerprint", lambda: next(answers))
+    with pytest.raises(CorpusError, match="compute logarithms differently"):
+        ShardedCorpus.open(sharded_dir)
+
+
+def test_a_shard_whose_manifest_was_rewritten_refuses_to_open(sharded_dir):
+    # a generation manifest edited in place (and CURRENT's digest with it): same build id, another checksum
+    from irflow.generations import CURRENT_FILE, checksum
+
+    (generation,) = (sharded_dir / "shard-000").glob("gen-*")
+    manifest = json.loads((generation / "manifest.json").read_text())
+    manifest["created"] = "1970-01-01T00:00:00+00:00"
+    (generation / "manifest.json").write_text(json.dumps(manifest))
+    (sharded_dir / "shard-000" / CURRENT_FILE).write_text(f"{generation.name} {checksum(generation / 'manifest.json')}")
+    with pytest.raises(CorpusError, match="shard 0 .* is not the shard the manifest lists"):
+        ShardedCorpus.open(sharded_dir)

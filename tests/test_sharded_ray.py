@@ -284,3 +284,18 @@ def test_eval_on_ray_gives_the_same_figures(cluster, tmp_path):
     on_ray = irflow.evaluate(["lexical", "dense"], data, embedder="hash", batch_size=3, ray="auto")
     assert [s.run for s in plain.systems] == [s.run for s in on_ray.systems]
     assert plain.to_dict() == on_ray.to_dict()
+
+
+def test_an_address_joins_that_cluster_untouched(cluster, monkeypatch):
+    from irflow.shard import ray_backend
+
+    calls = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append((kwargs, dict(os.environ))))
+    before = dict(os.environ)
+    ray_backend.connect("10.1.2.3:6379")
+    ((kwargs, env),) = calls
+    assert kwargs["address"] == "10.1.2.3:6379" and "_temp_dir" not in kwargs and "num_cpus" not in kwargs
+    assert env == before  # no setting of irflow's: the cluster's own apply
+    with pytest.raises(TypeError, match="apply to a cluster irflow starts"):
+        ray_backend.connect("10.1.2.3:6379", num_cpus=2)

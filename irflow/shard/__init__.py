@@ -24,6 +24,8 @@ the top-k merge), ``driver`` (ShardedCorpus), ``backend`` (in-process),
 from __future__ import annotations
 
 import os
+import sys
+import types
 from typing import Any, Iterable, Mapping
 
 from irflow.corpus import Corpus
@@ -84,3 +86,18 @@ def open_corpus(path_or_name: str | os.PathLike[str], *, embedder: Any = None, v
         raise CorpusError(f"{root} is not a sharded corpus (no shards.json), so it cannot be served on Ray; shard it "
                           f"first: irflow shard {root} --shards N --out DIR (or irflow.shard(corpus, n, path))")
     return _open_plain(path_or_name, embedder=embedder, verify=verify)
+
+
+class _CallableModule(types.ModuleType):
+    """``irflow.shard(corpus, n, path)`` calls :func:`shard`, and ``irflow.shard`` stays this package.
+
+    (Binding the name to the function instead would break ``import
+    irflow.shard.worker as w``: the import would look the package up as an
+    attribute of ``irflow`` and find a function.)
+    """
+
+    def __call__(self, *args: Any, **kwargs: Any) -> ShardedCorpus:
+        return shard(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

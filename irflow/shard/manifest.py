@@ -13,8 +13,10 @@ Global row = the shard's global rows at the local row: ``first_row + local``
 for a contiguous shard (the usual case: records grouped by artifact), or
 ``rows[local]`` when an artifact's records were interleaved with others' in
 the source order.  The manifest records, per shard, its counts, its global
-rows, its surface kinds and the ``build_id`` of the generation it was
-written as (a shard rebuilt or modified afterwards no longer matches); and,
+rows, its surface kinds, the ``build_id`` of the generation it was
+written as and the checksum of that generation's manifest (which lists
+every file's checksum: a shard rebuilt or modified afterwards no longer
+matches); and,
 once, the embedder and analyzer every shard was built with.  Reading checks
 all of it and names the file and the shard that is wrong.
 
@@ -67,7 +69,9 @@ class ShardEntry:
     ``first_row``: the global row of its local row 0; ``rows_file``: the
     file holding its global rows when they are not ``first_row ..
     first_row + n_rows - 1`` (None for a contiguous shard), with its
-    checksum; ``build_id``: the shard corpus generation written by sharding.
+    checksum; ``build_id`` and ``manifest_checksum``: the shard corpus
+    generation written by sharding, and the checksum of its manifest (which
+    holds the checksum of every file of the shard).
     """
 
     index: int = attrs.field(validator=_count)
@@ -77,6 +81,7 @@ class ShardEntry:
     artifacts: int = attrs.field(validator=_count)
     first_row: int = attrs.field(validator=_count)
     build_id: str
+    manifest_checksum: str
     kinds: tuple[str, ...] = attrs.field(converter=tuple)
     rows_file: str | None = None
     rows_checksum: str | None = None

@@ -30,6 +30,7 @@ import numpy as np
 
 from irflow.corpus import Corpus, build, open_corpus
 from irflow.errors import CorpusError
+from irflow.generations import MANIFEST_FILE as MANIFEST_OF_GENERATION
 from irflow.generations import check_writable_root, checksum, has_current, read_current
 from irflow.persist import save_corpus
 from irflow.postings import Postings
@@ -137,8 +138,8 @@ def _ledger_groups(store: CorpusStore, plan: Sequence[np.ndarray]) -> list[list[
 
 
 def _write_from_corpus(corpus: Corpus, plan: Sequence[np.ndarray], root: Path, name: str,
-                       progress: bool) -> list[str]:
-    """Each shard written straight from the source corpus's arrays; returns the shards' build ids."""
+                       progress: bool) -> list[tuple[str, str]]:
+    """Each shard written straight from the source corpus's arrays; returns the shards' identities."""
     store = corpus.store
     analyzer = corpus.analyzer
     vectors = corpus.vectors
@@ -149,24 +150,30 @@ def _write_from_corpus(corpus: Corpus, plan: Sequence[np.ndarray], root: Path, n
         for s, rows in enumerate(plan):
             part = _shard_store(store, rows, groups[s], name)
             postings = Postings.build(analyzer.tokenize_many(part.texts))
-            generation = save_corpus(
+            save_corpus(
                 root / shard_dir_name(s), store=part, postings=postings,
                 vectors=None if vectors is None else np.ascontiguousarray(vectors[rows]),
                 analyzer=analyzer.to_dict(), embedder=info)
-            build_ids.append(str(generation.manifest["build_id"]))
+            build_ids.append(_identity(root / shard_dir_name(s)))
             shown.update(1)
     return build_ids
 
 
+def _identity(shard_root: Path) -> tuple[str, str]:
+    """(build id, manifest checksum) of the shard corpus just written at *shard_root*."""
+    generation = read_current(shard_root)
+    return str(generation.manifest["build_id"]), checksum(generation.dir / MANIFEST_OF_GENERATION)
+
+
 def _write_from_records(records: Sequence[Record], plan: Sequence[np.ndarray], root: Path, name: str,
-                        embedder: Any, analyzer: Any, batch_size: int, progress: bool) -> list[str]:
+                        embedder: Any, analyzer: Any, batch_size: int, progress: bool) -> list[tuple[str, str]]:
     """Each shard built from its records (``build``: the same tokens and vectors a whole build gives them)."""
     build_ids = []
     with bar(progress, "sharding", total=len(plan), unit="shard") as shown:
         for s, rows in enumerate(plan):
             build([records[r] for r in rows.tolist()], embedder=embedder, analyzer=analyzer,
                   path=root / shard_dir_name(s), name=name, batch_size=batch_size)
-            build_ids.append(str(read_current(root / shard_dir_name(s)).manifest["build_id"]))
+            build_ids.append(_identity(root / shard_dir_name(s)))
             shown.update(1)
     return build_ids
 
@@ -217,7 +224,8 @@ def shard_corpus(
     return _finish(root, store, plan, build_ids, corpus_name, analyzer_spec, embedder_entry)
 
 
-def _finish(root: Path, store: CorpusStore, plan: Sequence[np.ndarray], build_ids: Sequence[str], name: str,
+def _finish(root: Path, store: CorpusStore, plan: Sequence[np.ndarray], build_ids: Sequence[tuple[str, str]],
+            name: str,
             analyzer: Mapping[str, Any], embedder: Mapping[str, Any] | None) -> ShardManifest:
     """Rows files for interleaved shards, then the manifest (last), then the strays of an older sharding."""
     entries = []
@@ -238,7 +246,7 @@ def _finish(root: Path, store: CorpusStore, plan: Sequence[np.ndarray], build_id
         entries.append(ShardEntry(
             index=s, dir=shard_dir_name(s), n_rows=int(rows.size), live=int(live[rows].sum()),
             artifacts=len(dict.fromkeys(store.artifact_ids[rows].tolist())), first_row=int(rows[0]),
-            build_id=build_ids[s], kinds=tuple(dict.fromkeys(kinds[c] for c in codes[rows].tolist())),
+            build_id=build_ids[s][0], manifest_checksum=build_ids[s][1], kinds=tuple(dict.fromkeys(kinds[c] for c in codes[rows].tolist())),
             rows_file=rows_file, rows_checksum=rows_checksum))
     manifest = ShardManifest(name=name, n_rows=store.n_rows, live=int(live.sum()), kinds=store.kinds,
                              analyzer=dict(analyzer), embedder=None if embedder is None else dict(embedder),

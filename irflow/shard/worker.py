@@ -36,7 +36,8 @@ from irflow.bm25 import BM25Params, BM25Stats, partial_stats
 from irflow.corpus import Corpus, open_corpus
 from irflow.errors import CorpusError, FilterError, NoLedgerEntry
 from irflow.expand import expand_rows
-from irflow.generations import read_current
+from irflow.generations import MANIFEST_FILE as GENERATION_MANIFEST
+from irflow.generations import checksum, read_current
 from irflow.ledger import records_for_artifact
 from irflow.shard.manifest import ShardEntry
 
@@ -82,13 +83,13 @@ class ShardWorker:
             raise CorpusError(f"{label} is missing from disk; the sharded corpus is incomplete — restore the shard "
                               "or shard the corpus again")
         try:
-            before = read_current(self.dir).manifest.get("build_id")
+            before = self._identity()
             self.corpus: Corpus = open_corpus(self.dir, verify=verify)
-            after = read_current(self.dir).manifest.get("build_id")
+            after = self._identity()
         except CorpusError as error:
             raise CorpusError(f"{label}: {error}") from None
-        if before != self.entry.build_id or after != before:
-            raise CorpusError(f"{label} is not the shard the manifest lists (build {after!r}, the manifest recorded "
+        if before != (self.entry.build_id, self.entry.manifest_checksum) or after != before:
+            raise CorpusError(f"{label} is not the shard the manifest lists (build {after[0]!r}, the manifest recorded "
                               f"{self.entry.build_id!r}): it was rebuilt or modified after sharding (a delete, a "
                               "rebuild); shard the corpus again")
         corpus = self.corpus
@@ -111,6 +112,11 @@ class ShardWorker:
         corpus.store.name = name
         self._masks: collections.OrderedDict[Any, np.ndarray] = collections.OrderedDict()
         self._pause: tuple[str, float, str] | None = None
+
+    def _identity(self) -> tuple[str, str]:
+        """(build id, checksum of the manifest) of the shard's current generation."""
+        generation = read_current(self.dir)
+        return str(generation.manifest.get("build_id")), checksum(generation.dir / GENERATION_MANIFEST)
 
     # -- dispatch -------------------------------------------------------------------------
 
