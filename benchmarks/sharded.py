@@ -52,7 +52,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
+# One BLAS thread everywhere (this process, and the Ray workers, which inherit it): on a shared
+# 2-core machine two spinning BLAS threads per process lose to one, and every system gets the same.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _harness as H  # noqa: E402
@@ -185,12 +190,15 @@ def run_batches(corpus: Any, recipe: str, batches: list[list[str]], params: dict
 
 
 def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    """Least squares ``y = a + b x`` with ``b >= 0`` (the mean when a single point or a falling slope)."""
+    """Least squares ``y = a + b x`` with ``a, b >= 0`` (costs neither shrink below 0 nor with more work)."""
     if len(set(xs)) < 2:
         return statistics.mean(ys), 0.0
-    b, a = np.polyfit(np.array(xs, float), np.array(ys, float), 1)
+    x, y = np.array(xs, float), np.array(ys, float)
+    b, a = np.polyfit(x, y, 1)
     if b < 0:  # noise on a cost that cannot shrink with more shards (driver work, round trips)
-        return statistics.mean(ys), 0.0
+        return float(y.mean()), 0.0
+    if a < 0:  # faster than linear in the rows (caches): the line through the origin
+        return 0.0, float((x * y).sum() / (x * x).sum())
     return float(a), float(b)
 
 
@@ -224,7 +232,8 @@ def main() -> None:
     for line in H.machine_lines():
         print(line)
     print(f"records {args.records:,}, hash:{args.dim}, shards {shards}, batch {args.batch} x {args.batches}, "
-          f"singles {args.singles}, repeats {args.repeats}, ray {'yes (%d CPUs)' % args.cpus if use_ray else 'no'}")
+          f"singles {args.singles}, repeats {args.repeats}, ray {'yes (%d CPUs)' % args.cpus if use_ray else 'no'}, "
+          f"OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}")
     base, sharded_dirs = corpus_dirs(workdir, args.records, args.dim, shards)
     texts = queries(args.batch * args.batches + args.singles)
     batches = [texts[i * args.batch:(i + 1) * args.batch] for i in range(args.batches)]
