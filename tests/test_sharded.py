@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -455,3 +457,36 @@ def test_a_shard_whose_manifest_was_rewritten_refuses_to_open(sharded_dir):
     (sharded_dir / "shard-000" / CURRENT_FILE).write_text(f"{generation.name} {checksum(generation / 'manifest.json')}")
     with pytest.raises(CorpusError, match="shard 0 .* is not the shard the manifest lists"):
         ShardedCorpus.open(sharded_dir)
+
+
+def test_ray_is_imported_only_when_asked_for(sharded_dir):
+    # a fresh interpreter: irflow, a sharded corpus served in-process, a search — and no ray module loaded
+    code = ("import sys, irflow; c = irflow.open_corpus(sys.argv[1]); irflow.search(c, 'python', mode='hybrid'); "
+            "import irflow.shard.driver, irflow.shard.worker, irflow.shard.split; "
+            "assert 'ray' not in sys.modules, 'ray imported'; print('ok')")
+    done = subprocess.run([sys.executable, "-c", code, str(sharded_dir)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_eval_on_ray_needs_the_corpus_on_disk(tmp_path):
+    # refused before any cluster is started or ray imported
+    from irflow.metrics import EvaluationError
+
+    data = tmp_path / "mini"
+    (data / "qrels").mkdir(parents=True)
+    (data / "corpus.jsonl").write_text('{"_id": "d1", "title": "", "text": "alpha beta"}\n')
+    (data / "queries.jsonl").write_text('{"_id": "q1", "text": "alpha"}\n')
+    (data / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    with pytest.raises(EvaluationError, match="needs the corpus on disk"):
+        irflow.evaluate("lexical", data, embedder=None, use_cache=False, ray="auto")
+
+
+def test_concurrent_searches_on_an_in_process_sharded_corpus(corpora):
+    from concurrent.futures import ThreadPoolExecutor
+
+    single, sharded = corpora["interleaved"], corpora["interleaved", 3]
+    expected = [irflow.search(single, q, mode="hybrid", filter={"owner": o}) for q in QUERIES for o in ("ann", "cy")]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda a: irflow.search(sharded, a[0], mode="hybrid", filter={"owner": a[1]}),
+                            [(q, o) for q in QUERIES for o in ("ann", "cy")]))
+    assert got == expected

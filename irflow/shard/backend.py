@@ -10,6 +10,7 @@ tests, no Ray, a sharded corpus on one machine); the Ray backend
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
@@ -36,7 +37,11 @@ class Backend(Protocol):
 
 
 class InProcessBackend:
-    """Every shard a plain :class:`ShardWorker` in this process, called one after the other."""
+    """Every shard a plain :class:`ShardWorker` in this process, called one after the other.
+
+    One call at a time (a lock): a worker's caches and its warning capture
+    are not made for threads, and the shards run one after the other anyway.
+    """
 
     description = "in-process"
 
@@ -44,9 +49,11 @@ class InProcessBackend:
         self.workers = [ShardWorker(root, entry, manifest.name, manifest.analyzer, manifest.embedder, verify=verify)
                         for entry in manifest.shards]
         self.n_shards = len(self.workers)
+        self._lock = threading.Lock()
 
     def run(self, method: str, calls: Sequence[Call]) -> list[tuple[Any, list[tuple[type, str]]]]:
-        return [self.workers[shard].call(method, *args) for shard, args in calls]
+        with self._lock:
+            return [self.workers[shard].call(method, *args) for shard, args in calls]
 
     def close(self) -> None:
         self.workers = []
