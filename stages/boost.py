@@ -1,8 +1,8 @@
 """boost: add a structural score to each candidate, after the reranker, before the collapse.
 
-The seed's ``dep_boost``: a :data:`~irflow.constants.ScoreBoost` (``hit ->
-float``; :func:`irflow.boosts.dependency_evidence_boost` builds one) is
-called with each candidate as a :class:`~irflow.records.SearchHit` carrying
+The seed's ``dep_boost``: a :data:`~irflow.api.constants.ScoreBoost` (``hit ->
+float``; :func:`irflow.api.boosts.dependency_evidence_boost` builds one) is
+called with each candidate as a :class:`~irflow.store.records.SearchHit` carrying
 its current score; the value is added and the candidates are re-sorted
 stably.  Scale ``boosted``; provenance ``<stage>.value`` and
 ``<stage>.input_score``.  Without a boost the stage passes through.
@@ -16,11 +16,11 @@ from typing import Any
 import attrs
 import numpy as np
 
-from irflow import registry
-from irflow.batches import Candidates, Scale
-from irflow.boosts import BoostError
-from irflow.ports import CANDIDATES, Port
-from irflow.stage import Stage, StageContext, Upstream, is_finite, param, register_stage
+from irflow.engine import registry
+from irflow.engine.batches import Candidates, Scale
+from irflow.api.boosts import BoostError
+from irflow.engine.ports import CANDIDATES, Port
+from irflow.engine.stage import Stage, StageContext, Upstream, is_finite, param, register_stage
 
 from ._util import callable_or_name
 

@@ -30,9 +30,9 @@ from collections.abc import Mapping
 import attrs
 import numpy as np
 
-from irflow.batches import Candidates, Scale
-from irflow.ports import CANDIDATES, Port
-from irflow.stage import Stage, StageContext, Upstream, boolean, param, positive_int, register_stage
+from irflow.engine.batches import Candidates, Scale
+from irflow.engine.ports import CANDIDATES, Port
+from irflow.engine.stage import Stage, StageContext, Upstream, boolean, param, positive_int, register_stage
 
 from ._util import several_texts
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import attrs
 
-from irflow.ports import MASK
-from irflow.stage import Stage, StageContext, optional_mapping, optional_str_list, param, register_stage
+from irflow.engine.ports import MASK
+from irflow.engine.stage import Stage, StageContext, optional_mapping, optional_str_list, param, register_stage
 
 __all__ = ["Filter"]
 
@@ -36,7 +36,7 @@ def _filter_spec(instance: Any, attribute: Any, value: Any) -> None:
     if value is None:
         return
     try:
-        from irflow.filters import normalize_filter
+        from irflow.kernels.filters import normalize_filter
     except ImportError:  # pragma: no cover - the filter language ships with irflow
         return
     normalize_filter(value)  # FilterError (a ValueError) names the operator, its path and the valid ones

@@ -20,11 +20,11 @@ from typing import Any
 
 import attrs
 
-from irflow import registry
-from irflow.batches import QueryBatch
+from irflow.engine import registry
+from irflow.engine.batches import QueryBatch
 from irflow.errors import IrflowError
-from irflow.ports import QUERIES, QUERY, Port
-from irflow.stage import Stage, StageContext, param, register_stage
+from irflow.engine.ports import QUERIES, QUERY, Port
+from irflow.engine.stage import Stage, StageContext, param, register_stage
 
 from ._util import callable_or_name
 

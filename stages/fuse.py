@@ -42,11 +42,11 @@ from typing import Any
 import attrs
 import numpy as np
 
-from irflow.batches import Candidates, Scale, fill_value
-from irflow.constants import DFLT_BLEND_ALPHA, DFLT_BM25_SAT_K, DFLT_RRF_K
+from irflow.engine.batches import Candidates, Scale, fill_value
+from irflow.api.constants import DFLT_BLEND_ALPHA, DFLT_BM25_SAT_K, DFLT_RRF_K
 from irflow.errors import StageError
-from irflow.ports import CANDIDATES, Port
-from irflow.stage import (
+from irflow.engine.ports import CANDIDATES, Port
+from irflow.engine.stage import (
     Stage,
     StageContext,
     Upstream,

@@ -1,6 +1,6 @@
 """rerank: re-score each query's candidates with a reranker — the precision stage.
 
-The seed's ``rerank`` hook.  The reranker is any :class:`irflow.reranking.Reranker`
+The seed's ``rerank`` hook.  The reranker is any :class:`irflow.api.reranking.Reranker`
 (``(query, segments) -> one score per segment``): a Python callable, the name
 of an :mod:`irflow.registry` entry, or ``"cross-encoder"`` /
 ``"cross-encoder:<model>"`` for the sentence-transformers cross-encoder,
@@ -30,13 +30,13 @@ from typing import Any
 import attrs
 import numpy as np
 
-from irflow import registry
-from irflow.batches import Candidates, Scale
+from irflow.engine import registry
+from irflow.engine.batches import Candidates, Scale
 from irflow.errors import NoLedgerEntry, RerankerUnavailableWarning
-from irflow.extras import install_hint
-from irflow.ports import CANDIDATES, Port
-from irflow.reranking import DEFAULT_CROSS_ENCODER, cross_encoder_reranker, score_segments
-from irflow.stage import Stage, StageContext, Upstream, param, positive_int, register_stage
+from irflow.util.extras import install_hint
+from irflow.engine.ports import CANDIDATES, Port
+from irflow.api.reranking import DEFAULT_CROSS_ENCODER, cross_encoder_reranker, score_segments
+from irflow.engine.stage import Stage, StageContext, Upstream, param, positive_int, register_stage
 
 from ._util import callable_or_name
 
@@ -64,7 +64,7 @@ def resolve_reranker(spec: Any) -> Any:
     """The reranker ``spec`` names: itself if callable, a cross-encoder, or a registry entry.
 
     ``"cross-encoder"`` / ``"cross-encoder:<model>"`` build
-    :func:`irflow.reranking.cross_encoder_reranker` once per spec; when
+    :func:`irflow.api.reranking.cross_encoder_reranker` once per spec; when
     sentence-transformers is missing this warns once and returns None (keep
     the first-stage ranking).  Other strings are :mod:`irflow.registry` names.
     """
@@ -175,7 +175,7 @@ class Rerank(Stage):
 
 def _artifact_text(corpus: Any, record: Any) -> str:
     """The artifact's surfaces joined in plan order (the matched surface alone without a ledger entry)."""
-    from irflow.ledger import records_for_artifact
+    from irflow.store.ledger import records_for_artifact
 
     try:
         siblings = records_for_artifact(corpus, record.artifact_id)

@@ -20,10 +20,10 @@ from typing import Any
 import attrs
 import numpy as np
 
-from irflow.batches import Candidates, Scale
+from irflow.engine.batches import Candidates, Scale
 from irflow.errors import IrflowError
-from irflow.ports import CANDIDATES, Port
-from irflow.stage import Stage, StageContext, Upstream, is_finite, param, positive_int, register_stage
+from irflow.engine.ports import CANDIDATES, Port
+from irflow.engine.stage import Stage, StageContext, Upstream, is_finite, param, positive_int, register_stage
 
 from ._util import cut_per_text
 

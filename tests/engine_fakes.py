@@ -16,10 +16,10 @@ import attrs
 import numpy as np
 from rank_bm25 import BM25Okapi
 
-from irflow.batches import Candidates, QueryBatch, Scale
-from irflow.ports import CANDIDATES, Port
-from irflow.records import Record, SearchHit
-from irflow.stage import Stage, _source_subpackage, finite_number, param
+from irflow.engine.batches import Candidates, QueryBatch, Scale
+from irflow.engine.ports import CANDIDATES, Port
+from irflow.store.records import Record, SearchHit
+from irflow.engine.stage import Stage, _source_subpackage, finite_number, param
 
 # irflow.stages / irflow.recipes live in the top-level stages/ and recipes/ folders; an install maps
 # them into the package, a bare checkout needs them loaded under their package names first

@@ -1,4 +1,4 @@
-"""irflow.datasets: BEIR collections, TREC qrels and runs, fingerprints and error messages."""
+"""irflow.evaluation.datasets: BEIR collections, TREC qrels and runs, fingerprints and error messages."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from irflow.datasets import (
+from irflow.evaluation.datasets import (
     Collection,
     DatasetError,
     Document,
@@ -22,7 +22,7 @@ from irflow.datasets import (
     read_trec_run,
     write_trec_run,
 )
-from irflow.records import Record
+from irflow.store.records import Record
 
 
 def data_dir() -> Path:

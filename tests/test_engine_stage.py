@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from engine_fakes import ShiftStage
-from irflow.ports import CANDIDATES, CONTEXTS, HITS, MASK, PORT_TYPES, QUERIES, QUERY, Port, fits, fitting_sources
-from irflow.stage import (
+from irflow.engine.ports import CANDIDATES, CONTEXTS, HITS, MASK, PORT_TYPES, QUERIES, QUERY, Port, fits, fitting_sources
+from irflow.engine.stage import (
     ParamInfo,
     Stage,
     boolean,
@@ -94,7 +94,7 @@ def test_param_records_doc_and_choices():
 
 
 @pytest.mark.parametrize("make, error, message", [
-    (lambda: type("NotStage", (), {}), TypeError, "subclass of irflow.stage.Stage"),
+    (lambda: type("NotStage", (), {}), TypeError, "subclass of irflow.engine.stage.Stage"),
     (lambda: type("Plain", (Stage,), {"kind": "plain"}), TypeError, "must be an attrs class"),
 ])
 def test_register_stage_rejects_non_stages(make, error, message):
@@ -154,7 +154,7 @@ def test_register_stage_as_decorator_and_replace():
             pass
 
         register_stage(Shift3, kind="shift2", replace=True)
-        from irflow.stage import get_stage_class
+        from irflow.engine.stage import get_stage_class
 
         assert get_stage_class("shift2") is Shift3
     finally:

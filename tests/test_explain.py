@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
-from irflow.corpus import Corpus, build
+from irflow.store.corpus import Corpus, build
 from irflow.errors import IrflowError
-from irflow.explain import Explanation, label_for
-from irflow.recipe import load_recipe
-from irflow.trace import NotInTrace, Trace
+from irflow.engine.explain import Explanation, label_for
+from irflow.engine.recipe import load_recipe
+from irflow.engine.trace import NotInTrace, Trace
 
 WORDS = ["parser", "http", "client", "graph", "sql", "async", "python", "fast", "json", "tool"]
 QUERY = "python parser"

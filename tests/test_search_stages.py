@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
-import irflow.registry as registry
+import irflow.engine.registry as registry
 from engine_fakes import cands
-from irflow.batches import Candidates, QueryBatch, Scale
-from irflow.corpus import build
+from irflow.engine.batches import Candidates, QueryBatch, Scale
+from irflow.store.corpus import build
 from irflow.errors import RecipeError
-from irflow.ports import CANDIDATES, QUERIES, QUERY
-from irflow.recipe import OverFetch, RecipeBuilder, ref
-from irflow.stage import StageContext, get_stage_class, stage_params
+from irflow.engine.ports import CANDIDATES, QUERIES, QUERY
+from irflow.engine.recipe import OverFetch, RecipeBuilder, ref
+from irflow.engine.stage import StageContext, get_stage_class, stage_params
 from irflow.stages.boost import Boost
 from irflow.stages.collapse import Collapse
 from irflow.stages.dense import Dense

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine_fakes import cands
-from irflow.batches import Candidates, QueryBatch, Scale
-from irflow.stage import StageContext
+from irflow.engine.batches import Candidates, QueryBatch, Scale
+from irflow.engine.stage import StageContext
 from irflow.stages.collapse import Collapse
 
 # rows 0..7 -> artifacts
