@@ -22,17 +22,13 @@ import attrs
 
 from irflow.engine import registry
 from irflow.engine.batches import QueryBatch
-from irflow.errors import IrflowError
+from irflow.errors import FormulateError
 from irflow.engine.ports import QUERIES, QUERY, Port
 from irflow.engine.stage import Stage, StageContext, param, register_stage
 
 from ._util import callable_or_name
 
 __all__ = ["Formulate", "FormulateError", "formulated_texts"]
-
-
-class FormulateError(IrflowError, TypeError):
-    """A formulator returned something other than a string or a sequence of strings."""
 
 
 def formulated_texts(formulator: Callable[[str], Any], query: str) -> list[str]:

@@ -21,7 +21,7 @@ import attrs
 import numpy as np
 
 from irflow.engine.batches import Candidates, Scale
-from irflow.errors import IrflowError
+from irflow.errors import WeightError
 from irflow.engine.ports import CANDIDATES, Port
 from irflow.engine.stage import Stage, StageContext, Upstream, is_finite, param, positive_int, register_stage
 
@@ -31,10 +31,6 @@ __all__ = ["Weight", "WeightError", "check_surface_weights"]
 
 # scores a weight must not multiply: they are no longer first-stage scores
 _LATE_SCALES = frozenset({Scale.RERANK, Scale.BOOSTED})
-
-
-class WeightError(IrflowError, ValueError):
-    """Surface weights that are not a mapping of kind -> finite non-negative number."""
 
 
 def check_surface_weights(weights: Any) -> None:

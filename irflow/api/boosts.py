@@ -22,7 +22,7 @@ from typing import Any, Iterable
 
 import attrs
 
-from irflow.errors import IrflowError
+from irflow.errors import BoostError
 from irflow.store.records import SearchHit
 from irflow.engine.stage import is_finite
 
@@ -33,10 +33,6 @@ __all__ = [
     "normalize_name",
     "requirement_name",
 ]
-
-
-class BoostError(IrflowError, ValueError):
-    """A boost parameter is invalid (a weight, a saturation, a library name)."""
 
 
 _SEPARATORS = re.compile(r"[-_.]+")

@@ -46,6 +46,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from irflow.errors import LedgerWarning
 from irflow.store.ledger import resolve_store
 from irflow.store.records import SearchHit
 from irflow.store.record_store import CorpusStore
@@ -59,10 +60,6 @@ EXPAND_OFFSET = "expand_offset"
 
 # how many stale record ids a warning names before summarizing
 _NAMED = 5
-
-
-class LedgerWarning(UserWarning):
-    """Expansion skipped ledger entries it could not resolve (a stale ledger, or no entry at all)."""
 
 
 def kinds_tuple(value: Any) -> tuple[str, ...] | None:

@@ -22,15 +22,11 @@ import attrs
 import numpy as np
 
 from irflow.api.constants import DFLT_RRF_K, Identity
-from irflow.errors import IrflowError
+from irflow.errors import FusionError
 from irflow.store.records import SearchHit
 from irflow.engine.stage import is_finite
 
 __all__ = ["FusionError", "fuse_hits"]
-
-
-class FusionError(IrflowError, ValueError):
-    """An argument of :func:`fuse_hits` is invalid (source keys, weights, identity, k)."""
 
 
 # Identity keys live in two namespaces that can never collide: a per-source key

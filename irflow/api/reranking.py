@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, runtime
 import attrs
 import numpy as np
 
-from irflow.errors import IrflowError
+from irflow.errors import RerankError, RerankerUnavailable
 from irflow.util.extras import install_hint
 
 __all__ = [
@@ -57,14 +57,6 @@ Segment = Mapping[str, Any]
 
 #: The cross-encoder :func:`cross_encoder_reranker` loads when given no model name.
 DEFAULT_CROSS_ENCODER = "cross-encoder/ms-marco-MiniLM-L-6-v2"
-
-
-class RerankError(IrflowError, ValueError):
-    """A reranker returned unusable scores, or a reranking argument is invalid."""
-
-
-class RerankerUnavailable(IrflowError, ImportError):
-    """The optional package a reranker needs (sentence-transformers) is not installed."""
 
 
 @runtime_checkable

@@ -39,7 +39,7 @@ from irflow.api.constants import (
     Retriever,
     ScoreBoost,
 )
-from irflow.errors import ArgumentError, IrflowError, NoLedgerEntry
+from irflow.errors import ArgumentError, NoLedgerEntry, SearchError
 from irflow.engine.executor import check_corpus
 from irflow.api.federate import fuse_hits
 from irflow.store.ledger import records_for_artifact
@@ -65,10 +65,6 @@ __all__ = [
     "records_for_artifact",
     "NoLedgerEntry",
 ]
-
-
-class SearchError(IrflowError, ValueError):
-    """An argument of ``search()`` / ``as_retriever()`` is invalid (names the valid choices)."""
 
 
 @functools.lru_cache(maxsize=1)

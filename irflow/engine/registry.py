@@ -21,20 +21,13 @@ import re
 import threading
 from typing import Any, Iterator
 
-from irflow.errors import IrflowError
+from irflow.errors import UnknownEntry
 
 __all__ = ["UnknownEntry", "register", "unregister", "lookup", "names", "resolve", "registered"]
 
 _ENTRIES: dict[str, Any] = {}
 _LOCK = threading.Lock()
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]*\Z")
-
-
-class UnknownEntry(IrflowError, KeyError):
-    """A recipe names a registry entry the application did not register."""
-
-    def __str__(self) -> str:  # KeyError would quote the sentence
-        return str(self.args[0]) if self.args else "unknown registry entry"
 
 
 def register(name: str, obj: Any, *, replace: bool = False) -> Any:

@@ -60,7 +60,7 @@ import attrs
 import numpy as np
 
 from irflow.engine.batches import Candidates, QueryBatch, Scale
-from irflow.errors import InputError, IrflowError
+from irflow.errors import NotInTrace, TraceError, TraceFileNotFound
 from irflow.engine.executor import INACTIVE, StageEvent, TraceRecorder
 from irflow.util.fileio import MAX_NESTING, atomic_writer, check_nesting, decode_utf8, open_regular, read_lines, \
     shown, too_many_digits
@@ -90,24 +90,6 @@ _MAX_INDEX = 1 << 62
 _DTYPE = re.compile(r"^[<>|=]?(?:b1|[iu][1248]|f[248]|O|[US]([1-9][0-9]{0,9}))\Z")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _SCALES = tuple(scale.value for scale in Scale)
-
-
-class TraceError(InputError):
-    """A trace file is unreadable or malformed, or a trace operation got an unusable argument.
-
-    An :class:`~irflow.errors.InputError` (so a ``ValueError``); names the file, the line and the fix.
-    """
-
-
-class _MissingTrace(TraceError, FileNotFoundError):
-    """The trace file does not exist (also a ``FileNotFoundError``)."""
-
-
-class NotInTrace(IrflowError, KeyError):
-    """A stage, query or record the caller named is not in the trace."""
-
-    def __str__(self) -> str:  # KeyError would quote the sentence
-        return str(self.args[0]) if self.args else "not in the trace"
 
 
 # --------------------------------------------------------------------------
@@ -478,7 +460,7 @@ class Trace(TraceRecorder):
         """
         name = os.fspath(path)
         if not os.path.lexists(name):
-            raise _MissingTrace(f"{name}: no such trace file (write one with irflow run --trace FILE, "
+            raise TraceFileNotFound(f"{name}: no such trace file (write one with irflow run --trace FILE, "
                                 "or Trace.dump(path))")
         lines, numbers = [], []
         with open_regular(name, "trace file", error=TraceError) as handle:

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Iterator, Literal, Mapping
 
 import attrs
 
-from irflow.errors import InputError
+from irflow.errors import DatasetError
 from irflow.util.fileio import decode_utf8, loads_json, open_regular, read_lines, shown, write_atomic
 from irflow.store.records import Record
 
@@ -57,10 +57,6 @@ log = logging.getLogger(__name__)
 TITLE_MODES: tuple[str, ...] = ("prepend", "separate", "ignore")
 
 _CHUNK = 1 << 20  # bytes read at a time when hashing a file
-
-
-class DatasetError(InputError):
-    """A collection, qrels or run file is missing or malformed; names the file and line (an InputError)."""
 
 
 def _where(path: Path, line: int | None = None) -> str:

@@ -42,7 +42,7 @@ from typing import Callable, Iterable, Literal, Mapping, cast
 import attrs
 import numpy as np
 
-from irflow.errors import IrflowError
+from irflow.errors import EvaluationError
 
 __all__ = [
     "EvaluationError",
@@ -83,10 +83,6 @@ _ALIASES: dict[str, str] = {
 _NEEDS_K = frozenset({"p"})
 _VALID_FORMS = "ndcg@K, recall@K, p@K, mrr@K, map@K, and ndcg, recall, mrr, map without a cutoff (K a positive integer, case-insensitive)"
 _SPEC = re.compile(r"^\s*([a-z_]+)\s*(?:@\s*(\d+))?\s*$")
-
-
-class EvaluationError(IrflowError, ValueError):
-    """A metric name, a run or a set of qrels cannot be evaluated; says what to fix."""
 
 
 def _known_name(instance: object, attribute: attrs.Attribute, value: str) -> None:

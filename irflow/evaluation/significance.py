@@ -28,7 +28,7 @@ from typing import Literal, Mapping, Sequence
 import attrs
 import numpy as np
 
-from irflow.errors import IrflowError
+from irflow.errors import SignificanceError
 
 __all__ = [
     "SignificanceError",
@@ -60,10 +60,6 @@ _TINY = 1e-300
 _LN_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 # sign matrices are built in blocks of at most this many entries (bounded memory)
 _BLOCK_ENTRIES = 4_000_000
-
-
-class SignificanceError(IrflowError, ValueError):
-    """Inputs of a significance test are unusable (unpaired queries, bad parameters)."""
 
 
 # ----------------------------------------------------------- the t distribution

@@ -58,7 +58,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import attrs
 import numpy as np
 
-from irflow.errors import IrflowError
+from irflow.errors import BM25ParamError, IrflowError
 from irflow.kernels.postings import Postings
 from irflow.kernels.topk import TopK, topk_rows
 
@@ -71,10 +71,6 @@ VARIANTS: tuple[str, ...] = ("okapi", "bm25l", "bm25plus")
 STATS: tuple[str, ...] = ("candidates", "corpus")
 #: rank_bm25's default delta per variant (Okapi has none).
 DEFAULT_DELTA: dict[str, float] = {"bm25l": 0.5, "bm25plus": 1.0}
-
-
-class BM25ParamError(IrflowError, ValueError):
-    """A BM25 parameter is unknown or out of range."""
 
 
 def _choice(options: tuple[str, ...]) -> Any:
