@@ -53,7 +53,8 @@ from irflow.store.records import Record, SearchHit
 from irflow.api.reranking import Reranker, cross_encoder_reranker, rerank, with_reranker
 from irflow.engine.result import Result
 from irflow.api.retrieve import SearchError, as_retriever, search
-from irflow.engine.stage import Stage, register_stage, stage_kinds
+from irflow.engine.kinds import register_stage, stage_kinds
+from irflow.engine.stage import Stage
 from irflow.store.record_store import CorpusStore
 from irflow.kernels.text import ANALYZERS, Analyzer, get_analyzer
 from irflow.engine.trace import Trace, diff

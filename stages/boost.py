@@ -16,11 +16,9 @@ from typing import Any
 import attrs
 import numpy as np
 
-from irflow.engine import registry
-from irflow.engine.batches import Candidates, Scale
-from irflow.api.boosts import BoostError
-from irflow.engine.ports import CANDIDATES, Port
-from irflow.engine.stage import Stage, StageContext, Upstream, is_finite, param, register_stage
+from irflow.engine import CANDIDATES, Candidates, Port, Scale, Stage, StageContext, Upstream, is_finite, param, \
+    register_stage, registry
+from irflow.errors import BoostError
 
 from ._util import callable_or_name
 
@@ -49,9 +47,8 @@ class Boost(Stage):
         boost = registry.resolve(self.boost, what="score boost")
         if boost is None:
             return candidates
-        hit = ctx.corpus.hit
         # a ScoreBoost is a per-hit Python callable; the fetched list is small
-        returned = [boost(hit(row, score)) for row, score in zip(candidates.row.tolist(), candidates.score.tolist())]
+        returned = [boost(hit) for hit in ctx.corpus.hits(candidates.row, candidates.score)]
         values = np.zeros(len(returned), dtype=np.float64)
         for i, value in enumerate(returned):
             # a number, and one a float holds: a string, None, a list or 10**400 is the boost's bug, named

@@ -20,11 +20,8 @@ from typing import Any
 
 import attrs
 
-from irflow.engine import registry
-from irflow.engine.batches import QueryBatch
+from irflow.engine import QUERIES, QUERY, Port, QueryBatch, Stage, StageContext, param, register_stage, registry
 from irflow.errors import FormulateError
-from irflow.engine.ports import QUERIES, QUERY, Port
-from irflow.engine.stage import Stage, StageContext, param, register_stage
 
 from ._util import callable_or_name
 

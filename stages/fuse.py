@@ -42,25 +42,15 @@ from typing import Any
 import attrs
 import numpy as np
 
-from irflow.engine.batches import Candidates, Scale, fill_value
-from irflow.api.constants import DFLT_BLEND_ALPHA, DFLT_BM25_SAT_K, DFLT_RRF_K
+from irflow.engine import CANDIDATES, Candidates, Port, Scale, Stage, StageContext, Upstream, fill_value, \
+    non_negative_number, number_mapping, param, positive_number, register_stage
 from irflow.errors import StageError
-from irflow.engine.ports import CANDIDATES, Port
-from irflow.engine.stage import (
-    Stage,
-    StageContext,
-    Upstream,
-    non_negative_number,
-    number_mapping,
-    param,
-    positive_number,
-    register_stage,
-)
+from irflow.kernels.fusion import DFLT_BLEND_ALPHA, DFLT_BM25_SAT_K, DFLT_RRF_K, FUSIONS
 
 __all__ = ["Fuse", "METHODS"]
 
 #: Fusion methods (the seed's FUSIONS).
-METHODS: tuple[str, ...] = ("rrf", "blend")
+METHODS: tuple[str, ...] = FUSIONS
 
 
 def _unit_interval(instance: Any, attribute: Any, value: Any) -> None:

@@ -87,7 +87,7 @@ def test_any_str_round_trips_through_a_trace(tmp_path, corpus, lexical, text):
 def test_a_failed_dump_keeps_the_previous_trace(tmp_path, corpus, lexical, monkeypatch):
     path = lexical.run(corpus, "sql", trace=True).trace.dump(tmp_path / "t.jsonl")
     before = path.read_bytes()
-    real = irflow.engine.trace._json_line
+    real = irflow.engine.trace.json_line
     calls = []
 
     def fail_on_third_line(record):
@@ -96,7 +96,7 @@ def test_a_failed_dump_keeps_the_previous_trace(tmp_path, corpus, lexical, monke
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real(record)
 
-    monkeypatch.setattr(irflow.engine.trace, "_json_line", fail_on_third_line)
+    monkeypatch.setattr(irflow.engine.trace, "json_line", fail_on_third_line)
     with pytest.raises(OutputError, match="no space left") as caught:
         lexical.run(corpus, "parser", trace=True).trace.dump(path)
     assert isinstance(caught.value, OSError) and str(path) in str(caught.value)
@@ -106,7 +106,7 @@ def test_a_failed_dump_keeps_the_previous_trace(tmp_path, corpus, lexical, monke
 
 def test_a_dump_that_raises_anything_leaves_no_trace_of_itself(tmp_path, corpus, lexical, monkeypatch):
     path = tmp_path / "t.jsonl"
-    monkeypatch.setattr(irflow.engine.trace, "_json_line", lambda record: (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(irflow.engine.trace, "json_line", lambda record: (_ for _ in ()).throw(KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt):
         lexical.run(corpus, "sql", trace=True).trace.dump(path)
     assert os.listdir(tmp_path) == []

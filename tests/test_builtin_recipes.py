@@ -19,7 +19,7 @@ import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bar
 import irflow.engine.registry as registry
 from irflow.engine.recipe import Recipe, builtin_recipes, load_recipe
 from irflow.recipes.builders import BUILDERS
-from irflow.engine.stage import _source_subpackage
+from irflow.engine.kinds import _source_subpackage
 from surface_corpus import FakeReranker, build_corpus, fake_score
 
 NAMES = builtin_recipes()

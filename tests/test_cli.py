@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 import irflow
-import irflow.cli.main
-from irflow.cli.main import main, parse_sets
+import irflow.cli.app
+from irflow.cli.app import main, parse_sets
 from irflow.store.corpus import open_corpus
 from irflow.engine.recipe import load_recipe
 from irflow.engine.trace import Trace
@@ -155,7 +155,7 @@ def test_an_unexpected_exception_is_not_swallowed(workdir, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr("irflow.engine.recipe.load_recipe", broken)
+    monkeypatch.setattr("irflow.cli.app.load_recipe", broken)
     result = invoke("run", "hybrid", "--corpus", workdir / "corpus", "-q", "x")
     assert result.exit_code == 1 and isinstance(result.exception, RuntimeError)
 

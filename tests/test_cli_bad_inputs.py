@@ -453,7 +453,7 @@ def test_a_failed_trace_write_keeps_the_previous_trace(env: Env, tmp_path: Path,
 
     target = tmp_path / "run.jsonl"
     target.write_bytes(env.trace.read_bytes())
-    real, written = irflow.engine.trace._json_line, []
+    real, written = irflow.engine.trace.json_line, []
 
     def disk_full_after_two_lines(record):  # the disk fills up in the middle of the dump
         if len(written) == 2:
@@ -461,7 +461,7 @@ def test_a_failed_trace_write_keeps_the_previous_trace(env: Env, tmp_path: Path,
         written.append(record)
         return real(record)
 
-    monkeypatch.setattr(irflow.engine.trace, "_json_line", disk_full_after_two_lines)
+    monkeypatch.setattr(irflow.engine.trace, "json_line", disk_full_after_two_lines)
     result = CliRunner().invoke(main, ["run", "hybrid", "--corpus", str(env.corpus), "-q", "other query",
                                        "--trace", str(target)])
     assert result.exit_code == 1 and "no space left" in result.stderr, result.stderr
@@ -477,7 +477,7 @@ def _irflow() -> list[str]:
     script = Path(sys.executable).parent / "irflow"
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-c", "import sys; from irflow.cli.main import main; sys.exit(main())"]
+    return [sys.executable, "-c", "import sys; from irflow.cli.app import main; sys.exit(main())"]
 
 
 def _real(args: list[str | bytes], cwd: Path) -> subprocess.CompletedProcess[bytes]:

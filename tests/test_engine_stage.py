@@ -8,11 +8,8 @@ import pytest
 
 from engine_fakes import ShiftStage
 from irflow.engine.ports import CANDIDATES, CONTEXTS, HITS, MASK, PORT_TYPES, QUERIES, QUERY, Port, fits, fitting_sources
-from irflow.engine.stage import (
-    ParamInfo,
-    Stage,
+from irflow.engine import (
     boolean,
-    describe_params,
     finite_number,
     non_negative_int,
     number_mapping,
@@ -23,11 +20,12 @@ from irflow.engine.stage import (
     positive_int,
     positive_number,
     register_stage,
+    Stage,
     stage_kinds,
-    stage_params,
     str_tuple,
     unregister_stage,
 )
+from irflow.engine.stage import describe_params, ParamInfo, stage_params
 
 
 def test_port_types_and_fits():
@@ -154,7 +152,7 @@ def test_register_stage_as_decorator_and_replace():
             pass
 
         register_stage(Shift3, kind="shift2", replace=True)
-        from irflow.engine.stage import get_stage_class
+        from irflow.engine import get_stage_class
 
         assert get_stage_class("shift2") is Shift3
     finally:

@@ -112,7 +112,7 @@ def test_missing_required_parameter():
     import attrs
 
     from engine_fakes import ShiftStage
-    from irflow.engine.stage import register_stage, unregister_stage
+    from irflow.engine import register_stage, unregister_stage
 
     @attrs.frozen
     class Needy(ShiftStage):
@@ -190,7 +190,7 @@ def test_variadic_port_minimum():
     import attrs
 
     from irflow.engine.ports import CANDIDATES, Port
-    from irflow.engine.stage import Stage, register_stage, unregister_stage
+    from irflow.engine import register_stage, Stage, unregister_stage
 
     @attrs.frozen
     class Pair(Stage):

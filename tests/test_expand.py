@@ -20,7 +20,7 @@ from irflow.errors import RecipeError
 from irflow.api.expand import EXPAND_FROM, EXPAND_OFFSET, LedgerWarning, expand, expand_rows
 from irflow.store.ledger import records_for_artifact
 from irflow.engine.recipe import load_recipe
-from irflow.engine.stage import StageContext, get_stage_class
+from irflow.engine import get_stage_class, StageContext
 from irflow.stages.expand import Expand
 from surface_corpus import FakeReranker, build_corpus, plan, records, reference_expansion, with_ledger
 

@@ -144,7 +144,7 @@ def _write_readme_files(root: Path) -> None:
 @pytest.fixture()
 def readme_dir(tmp_path, monkeypatch):
     """A fresh folder and $IRFLOW_HOME; the plugin README imports is forgotten afterwards."""
-    from irflow.engine.stage import unregister_stage
+    from irflow.engine import unregister_stage
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("IRFLOW_HOME", str(tmp_path / "home"))

@@ -49,7 +49,7 @@ def test_builtin_recipes_equal_their_python_builders_and_run(name):
 def test_hybrid_yaml_equals_hybrid_toml():
     from importlib.resources import files
 
-    from irflow.engine.stage import _source_subpackage
+    from irflow.engine.kinds import _source_subpackage
 
     text = (files(_source_subpackage("recipes")) / "hybrid.yaml").read_text()
     assert Recipe.from_yaml(text, source="recipes/hybrid.yaml") == load_recipe("hybrid")

@@ -31,7 +31,7 @@ def corpus():
 def test_the_search_recipe_has_three_equal_forms():
     from importlib.resources import files
 
-    from irflow.engine.stage import _source_subpackage
+    from irflow.engine.kinds import _source_subpackage
 
     toml = load_recipe("search")
     yaml_text = (files(_source_subpackage("recipes")) / "search.yaml").read_text()
@@ -110,11 +110,11 @@ def test_as_retriever_binds_defaults_and_per_call_overrides_win(corpus):
 def test_as_retriever_opens_a_name_once(tmp_path, monkeypatch):
     monkeypatch.setenv(HOME_ENV, str(tmp_path))
     build(records(), embedder="hash", path=tmp_path / "corpora" / "pkgs")
-    import irflow.store.corpus
+    import irflow.api.retrieve
 
     opened = []
-    original = irflow.store.corpus.open_corpus
-    monkeypatch.setattr(irflow.store.corpus, "open_corpus", lambda *a, **kw: opened.append(a) or original(*a, **kw))
+    original = irflow.api.retrieve.open_corpus
+    monkeypatch.setattr(irflow.api.retrieve, "open_corpus", lambda *a, **kw: opened.append(a) or original(*a, **kw))
     retr = as_retriever("pkgs", mode="lexical")
     retr(Q)
     retr("sql parser", k=1)

@@ -12,7 +12,8 @@ from irflow.store.corpus import build
 from irflow.errors import RecipeError
 from irflow.engine.ports import CANDIDATES, QUERIES, QUERY
 from irflow.engine.recipe import OverFetch, RecipeBuilder, ref
-from irflow.engine.stage import StageContext, get_stage_class, stage_params
+from irflow.engine import get_stage_class, StageContext
+from irflow.engine.stage import stage_params
 from irflow.stages.boost import Boost
 from irflow.stages.collapse import Collapse
 from irflow.stages.dense import Dense

@@ -24,7 +24,7 @@ import attrs
 
 from irflow.errors import BoostError
 from irflow.store.records import SearchHit
-from irflow.engine.stage import is_finite
+from irflow.engine.validators import is_finite
 
 __all__ = [
     "BoostError",

@@ -6,7 +6,8 @@ surfaces — all of them, or only the neighbours within ``window`` plan
 positions of the hit — so that a reranker (retrieve -> expand -> rerank) or
 a reader sees the chunk before and after the one that matched.
 
-Rules (the ``expand`` stage and :func:`expand` share them):
+Rules (the ``expand`` stage and :func:`expand` share them, through
+:func:`irflow.store.expansion.expand_rows`, which works over the corpus protocol):
 
 - Siblings come from the corpus ledger, resolved by record id (the
   :func:`irflow.store.ledger.records_for_artifact` contract); ids are never
@@ -43,13 +44,11 @@ import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import attrs
-import numpy as np
-
 from irflow.errors import LedgerWarning
+from irflow.store.expansion import Expansion, expand_rows, kinds_tuple
 from irflow.store.ledger import resolve_store
-from irflow.store.records import SearchHit
 from irflow.store.record_store import CorpusStore
+from irflow.store.records import SearchHit
 
 __all__ = ["expand", "expand_rows", "Expansion", "LedgerWarning", "kinds_tuple", "EXPAND_FROM", "EXPAND_OFFSET"]
 
@@ -58,187 +57,8 @@ EXPAND_FROM = "expand_from"
 #: Metadata key of an expanded SearchHit: its surface_index minus that hit's.
 EXPAND_OFFSET = "expand_offset"
 
-# how many stale record ids a warning names before summarizing
+# how many deleted hits a warning names before summarizing
 _NAMED = 5
-
-
-def kinds_tuple(value: Any) -> tuple[str, ...] | None:
-    """``"readme_chunk"`` or ``["name", "deps"]`` as a tuple of kinds; None stays None.
-
-    Anything else passes through unchanged so a validator can name it.
-    """
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-        return tuple(value)
-    return value
-
-
-def _check_window(window: Any) -> None:
-    if window is None:
-        return
-    if isinstance(window, (bool, np.bool_)) or not isinstance(window, (int, np.integer)) or window < 0:
-        raise ValueError(f"window must be an integer >= 0 (0: the hit alone) or None (every sibling), got {window!r}")
-
-
-def _check_kinds(kinds: Any) -> tuple[str, ...] | None:
-    kinds = kinds_tuple(kinds)
-    if kinds is not None and not (isinstance(kinds, tuple) and all(isinstance(k, str) for k in kinds)):
-        raise ValueError(f"surface_kind must be a surface kind, a list of kinds or None, got {kinds!r}")
-    return kinds
-
-
-@attrs.frozen
-class Expansion:
-    """The expanded surfaces of a batch of hits, in output order (flat, grouped by query).
-
-    ``source`` is the position (in the input) of the hit each surface is
-    attributed to; ``offset`` its ``surface_index`` minus that hit's (0: the
-    hit itself, -1: the surface just before it).
-    """
-
-    query_index: np.ndarray
-    row: np.ndarray
-    source: np.ndarray
-    offset: np.ndarray
-
-    def __len__(self) -> int:
-        return int(self.row.size)
-
-
-class _Ledger:
-    """Per-call sibling lookup: ledger ids -> live rows, sorted by surface_index.
-
-    One ledger lookup per distinct artifact (small Python work per artifact,
-    none per candidate); deleted ids are recognised from the tombstone list
-    so they are told apart from stale ones.
-    """
-
-    def __init__(self, store: CorpusStore) -> None:
-        self.store = store
-        self.stale: list[tuple[str, str]] = []  # (artifact, record id)
-        self.unlisted: list[str] = []           # artifacts without a ledger entry
-        self._deleted: set[str] | None = None
-
-    def _is_deleted(self, record_id: str) -> bool:
-        if self._deleted is None:
-            self._deleted = set(np.asarray(self.store.record_ids)[self.store.deleted_rows].tolist())
-        return record_id in self._deleted
-
-    def siblings(self, artifact: str) -> np.ndarray | None:
-        """The artifact's live rows in plan order; None when the ledger has no entry for it."""
-        try:
-            record_ids = self.store.ledger[artifact]
-        except KeyError:
-            self.unlisted.append(artifact)
-            return None
-        rows = []
-        for record_id in record_ids:
-            try:
-                rows.append(self.store.row_of(record_id))
-            except KeyError:
-                if not self._is_deleted(record_id):
-                    self.stale.append((artifact, record_id))
-        rows_array = np.asarray(rows, dtype=np.int64)
-        # the ledger is written in plan order; sorting keeps the promise for a hand-made one
-        order = np.argsort(self.store.surface_indices[rows_array], kind="stable")
-        return rows_array[order]
-
-    def warn(self, stacklevel: int) -> None:
-        label = f"corpus {self.store.name!r}" if self.store.name else "the corpus"
-        if self.stale:
-            named = ", ".join(f"{rid!r} (artifact {art!r})" for art, rid in self.stale[:_NAMED])
-            more = f" and {len(self.stale) - _NAMED} more" if len(self.stale) > _NAMED else ""
-            warnings.warn(LedgerWarning(
-                f"expand: the ledger of {label} lists {len(self.stale)} record(s) missing from the store, "
-                f"skipped: {named}{more}. The ledger is stale (an interrupted build or a torn copy); "
-                "rebuild the corpus to repair it"), stacklevel=stacklevel + 1)
-        if self.unlisted:
-            named = ", ".join(map(repr, self.unlisted[:_NAMED]))
-            more = f" and {len(self.unlisted) - _NAMED} more" if len(self.unlisted) > _NAMED else ""
-            warnings.warn(LedgerWarning(
-                f"expand: the ledger of {label} has no entry for artifact(s) {named}{more}; their hits are kept "
-                "unexpanded (a corpus built without ledger bookkeeping: rebuild it with irflow.build)"),
-                stacklevel=stacklevel + 1)
-
-
-def _grouped(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For groups of these lengths: the group of each flat position and its index within the group."""
-    total = int(lengths.sum())
-    group = np.repeat(np.arange(lengths.size), lengths)
-    within = np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    return group, within
-
-
-def expand_rows(corpus: Any, query_index: Any, rows: Any, *, window: int | None = None,
-                surface_kind: str | Iterable[str] | None = None, stacklevel: int = 2) -> Expansion:
-    """Expand ranked hits given as rows: the vectorized core of :func:`expand` and the expand stage.
-
-    ``query_index`` must be grouped by query (non-decreasing) and each
-    query's rows ranked best first (position = rank).  ``corpus`` is a
-    Corpus, a CorpusStore, or anything :func:`irflow.store.ledger.resolve_store`
-    accepts.  Python work is per distinct artifact; pairing, filtering,
-    deduplication and ordering are numpy.
-
-    >>> # e = expand_rows(corpus, [0, 0], [12, 40], window=1); e.row, e.offset
-    """
-    _check_window(window)
-    kinds = _check_kinds(surface_kind)
-    store = resolve_store(corpus)
-    query_index = np.asarray(query_index, dtype=np.int64).reshape(-1)
-    rows = np.asarray(rows, dtype=np.int64).reshape(-1)
-    m = rows.size
-    if query_index.size != m:
-        raise ValueError(f"expand_rows needs one query index per row, got {query_index.size} and {m}")
-    empty = np.empty(0, np.int64)
-    if m == 0:
-        return Expansion(empty, empty, empty, empty)
-
-    # one sibling list per distinct artifact of the batch, laid out as CSR
-    artifacts, code = np.unique(np.asarray(store.artifact_ids)[rows], return_inverse=True)
-    code = code.reshape(-1).astype(np.int64)
-    ledger = _Ledger(store)
-    parts = []
-    for a, artifact in enumerate(artifacts.tolist()):
-        siblings = ledger.siblings(artifact)
-        if siblings is None:  # no ledger entry: its hits stand alone (live ones, in plan order)
-            own = np.unique(rows[code == a])
-            own = own[np.asarray(store.live)[own]]
-            siblings = own[np.argsort(store.surface_indices[own], kind="stable")]
-        parts.append(siblings)
-    ledger.warn(stacklevel)
-    lengths = np.fromiter((p.size for p in parts), dtype=np.int64, count=len(parts))
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-    flat = np.concatenate(parts) if parts else empty
-
-    # every (hit, sibling of its artifact) pair, then the window and kind filters
-    hit, within = _grouped(lengths[code])
-    pair_row = flat[starts[code][hit] + within]
-    surface = np.asarray(store.surface_indices, dtype=np.int64)
-    offset = surface[pair_row] - surface[rows][hit]
-    keep = np.ones(pair_row.size, dtype=bool)
-    if window is not None:
-        keep &= np.abs(offset) <= window
-    if kinds is not None:
-        wanted = np.array([c for c, kind in enumerate(store.kinds) if kind in kinds], dtype=np.int32)
-        keep &= np.isin(np.asarray(store.kind_codes)[pair_row], wanted)
-    hit, pair_row, offset = hit[keep], pair_row[keep], offset[keep]
-    pair_query = query_index[hit]
-
-    # one entry per (query, row): the surface's own hit first, else the best-ranked hit covering it
-    order = np.lexsort((hit, offset != 0, pair_row, pair_query))
-    first = np.ones(order.size, dtype=bool)
-    first[1:] = (pair_query[order][1:] != pair_query[order][:-1]) | (pair_row[order][1:] != pair_row[order][:-1])
-    win = order[first]
-    hit, pair_row, offset, pair_query = hit[win], pair_row[win], offset[win], pair_query[win]
-
-    # artifacts in the order of their best hit (input positions ascend within a query)
-    n_art = max(artifacts.size, 1)
-    hit_key = query_index * n_art + code
-    keys, first_pos = np.unique(hit_key, return_index=True)
-    artifact_rank = first_pos[np.searchsorted(keys, hit_key[hit])]
-    final = np.lexsort((surface[pair_row], artifact_rank, pair_query))
-    return Expansion(pair_query[final], pair_row[final], hit[final], offset[final])
 
 
 def _hit_rows(store: CorpusStore, hits: Sequence[SearchHit], corpus_name: str | None) -> tuple[list[int], list[int]]:

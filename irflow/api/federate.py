@@ -24,7 +24,7 @@ import numpy as np
 from irflow.api.constants import DFLT_RRF_K, Identity
 from irflow.errors import FusionError
 from irflow.store.records import SearchHit
-from irflow.engine.stage import is_finite
+from irflow.engine.validators import is_finite
 
 __all__ = ["FusionError", "fuse_hits"]
 

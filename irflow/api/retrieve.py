@@ -39,11 +39,13 @@ from irflow.api.constants import (
     Retriever,
     ScoreBoost,
 )
-from irflow.errors import ArgumentError, NoLedgerEntry, SearchError
-from irflow.engine.executor import check_corpus
 from irflow.api.federate import fuse_hits
-from irflow.store.ledger import records_for_artifact
+from irflow.engine.executor import check_corpus
 from irflow.engine.recipe import Recipe, load_recipe
+from irflow.engine.validators import check_surface_weights
+from irflow.errors import ArgumentError, NoLedgerEntry, SearchError
+from irflow.store.corpus import open_corpus
+from irflow.store.ledger import records_for_artifact
 from irflow.store.records import SearchHit
 
 __all__ = [
@@ -81,8 +83,6 @@ def _check_choice(name: str, value: Any, valid: Sequence[str]) -> None:
 def _open(corpus: Any) -> Any:
     """A corpus as given, or the one a path or a name opens."""
     if isinstance(corpus, (str, os.PathLike)):
-        from irflow.store.corpus import open_corpus  # imported here: searching an open corpus never needs it
-
         return open_corpus(corpus)
     check_corpus(corpus, "search()")
     return corpus
@@ -158,8 +158,6 @@ def search(
     _check_choice("mode", mode, MODES)
     _check_choice("fusion", fusion, FUSIONS)
     recipe = search_recipe()  # loads the stage kinds too
-    from irflow.stages.weight import check_surface_weights
-
     check_surface_weights(surface_weights)  # the argument's own message, not the recipe stage's
     if not isinstance(query, str):
         raise ArgumentError(f"search() takes one query string, got {type(query).__name__}; for a batch of "

@@ -3,6 +3,6 @@
 May import everything else of irflow.
 """
 
-from irflow.cli.main import main
+from irflow.cli.app import main
 
 __all__ = ["main"]

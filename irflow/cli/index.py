@@ -34,7 +34,7 @@ from irflow.errors import InputError
 from irflow.util.fileio import loads_json, open_regular, read_lines
 from irflow.util.progress import bar
 from irflow.store.records import Record
-from irflow.engine.stage import closest
+from irflow.engine.validators import closest
 from irflow.store.record_store import prepare_records
 
 __all__ = ["RECORD_FORMAT", "BadLine", "RecordFile", "read_record_file", "bad_lines_report", "skipped_report"]

@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from irflow.engine.stage import module_from_file
+from irflow.engine.kinds import module_from_file
 
 __all__ = ["plugin_option", "load_plugin"]
 

@@ -28,96 +28,25 @@ import os
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import numpy as np
 
 from irflow.engine.batches import Candidates, QueryBatch, frozen_array
-from irflow.util.cachekey import UnkeyableError, cache_key
-from irflow.errors import ArgumentError, RecipeError, StageError
-from irflow.util.fileio import check_nesting
+from irflow.engine.events import INACTIVE, StageEvent, TraceRecorder, is_inactive
+from irflow.engine.model import QUERY_NODE, RecipeSpec
+from irflow.engine.params import resolve_params
+from irflow.engine.pipeline import Pipeline
 from irflow.engine.ports import CANDIDATES, HITS, MASK, QUERIES, QUERY, PortType
-from irflow.engine.recipe import QUERY_NODE
-
-if TYPE_CHECKING:
-    from irflow.engine.pipeline import Pipeline
-    from irflow.engine.recipe import Recipe
-    from irflow.engine.result import Result
+from irflow.engine.result import Result
+from irflow.engine.stage import Stage, StageContext
+from irflow.errors import ArgumentError, RecipeError, StageError
+from irflow.store.protocol import CorpusProtocol
+from irflow.util.cachekey import UnkeyableError, cache_key
+from irflow.util.fileio import check_nesting
 
 __all__ = ["run_recipe", "check_corpus", "StageCache", "StageEvent", "TraceRecorder", "INACTIVE", "is_inactive"]
-
-
-class _Inactive:
-    """The output of a switched-off stage whose output is not Candidates."""
-
-    _instance: "_Inactive | None" = None
-
-    def __new__(cls) -> "_Inactive":
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "INACTIVE"
-
-    def __bool__(self) -> bool:
-        return False
-
-
-#: The output of a switched-off stage whose port type is not Candidates.
-INACTIVE = _Inactive()
-
-
-def is_inactive(value: Any) -> bool:
-    """True for :data:`INACTIVE` and for inactive Candidates."""
-    return value is INACTIVE or (isinstance(value, Candidates) and not value.active)
-
-
-@attrs.frozen(eq=False)
-class StageEvent:
-    """One stage of a traced run.
-
-    ``status`` is ``"ran"``, ``"cached"`` (output reused from a StageCache),
-    ``"override"`` (output injected by the caller) or ``"inactive"`` (its
-    ``when`` did not hold or a required input was inactive).  ``inputs`` maps
-    each upstream name (``"query"`` for the raw batch) to the value the stage
-    received; ``ports`` maps each input port to its upstream names.
-    """
-
-    name: str
-    kind: str
-    params: dict[str, Any]
-    inputs: dict[str, Any]
-    ports: dict[str, tuple[str, ...]]
-    output: Any
-    elapsed_ms: float
-    status: str = "ran"
-
-
-class TraceRecorder(list):
-    """The events of a traced run, in execution order (a plain list of StageEvent).
-
-    Carries the run's context as attributes: ``recipe`` (the Recipe),
-    ``queries`` (the raw QueryBatch), ``params`` (the resolved recipe
-    parameters) and ``corpus``, so a trace module can render record ids and
-    artifacts without re-running anything.
-    """
-
-    def __init__(self, recipe: "Recipe | None" = None, queries: QueryBatch | None = None,
-                 params: Mapping[str, Any] | None = None, corpus: Any = None) -> None:
-        super().__init__()
-        self.recipe = recipe
-        self.queries = queries
-        self.params = dict(params or {})
-        self.corpus = corpus
-
-    def event(self, name: str) -> StageEvent:
-        """The event of stage ``name``."""
-        for event in self:
-            if event.name == name:
-                return event
-        raise KeyError(f"no stage {name!r} in this trace; stages: {', '.join(e.name for e in self)}")
 
 
 _MISSING = object()
@@ -224,7 +153,7 @@ def _check_output(value: Any, expected: PortType, corpus: Any) -> str | None:
     return None  # CONTEXTS and third-party types: not checked
 
 
-def _check_overrides(pipeline: "Pipeline", overrides: Mapping[str, Any], batch: QueryBatch,
+def _check_overrides(pipeline: Pipeline, overrides: Mapping[str, Any], batch: QueryBatch,
                      corpus: Any) -> dict[str, Any]:
     recipe = pipeline.recipe
     problems = []
@@ -261,107 +190,155 @@ def _key_of(value: Any) -> Any:
     return ("override", cache_key(value))
 
 
-def run_recipe(recipe: "Recipe", corpus: Any, query_or_queries: Any, *, trace: bool = False,
+def run_recipe(recipe: RecipeSpec, corpus: CorpusProtocol, query_or_queries: Any, *, trace: bool = False,
                overrides: Mapping[str, Any] | None = None, cache: StageCache | None = None,
-               output: str | None = None, params: Mapping[str, Any] | None = None) -> "Result":
+               output: str | None = None, params: Mapping[str, Any] | None = None) -> Result:
     """Run ``recipe`` on ``corpus`` (see :meth:`irflow.engine.recipe.Recipe.run`)."""
-    from irflow.engine.result import Result
-    from irflow.engine.stage import StageContext
+    run = _Run.prepare(recipe, corpus, query_or_queries, trace=trace, overrides=overrides or {}, cache=cache,
+                       output=output, params=params or {})
+    for name in run.needed:
+        if name in run.injected:
+            run.inject(name)
+        else:
+            run.execute(name)
+    return Result(recipe=recipe, corpus=corpus, queries=run.batch, single=run.single, params=run.values,
+                  outputs=run.outputs, trace=run.recorder, output_name=run.target)
 
-    pipeline = recipe.pipeline()
-    for name, value in (params or {}).items():  # freezing and hashing parameters recurse: bound the depth first
-        check_nesting(value, f"recipe {recipe.name!r}: parameter {name!r}")
-    values = recipe.resolve_params(params)
-    batch, single = _batch(query_or_queries)
-    check_corpus(corpus, f"recipe {recipe.name!r}")
-    injected = _check_overrides(pipeline, overrides or {}, batch, corpus)
-    target = output or recipe.output
-    if target not in pipeline.classes:
-        raise RecipeError(f"{recipe.source}: output {target!r} is not a stage of recipe {recipe.name!r}; "
-                          f"stages: {', '.join(pipeline.order)}", source=recipe.source)
-    needed = pipeline.needed(target, injected)
-    to_run = [name for name in needed if name not in injected]
-    stages = pipeline.instances(values, to_run)
 
-    outputs: dict[str, Any] = {QUERY_NODE: batch}
-    recorder = TraceRecorder(recipe, batch, values, corpus) if trace else None
-    keys: dict[str, Any] | None = {QUERY_NODE: ("query", batch.texts, batch.originals,
-                                                batch.origin.tobytes())} if cache is not None else None
-    # the corpus object, and its store's version when it has one (a delete bumps it: stale outputs miss)
-    corpus_key = (id(corpus), getattr(getattr(corpus, "store", None), "version", None)) if cache is not None else None
+@attrs.define(eq=False)
+class _Run:
+    """One run of a recipe: what it resolved before any stage ran, and each stage's output as it comes."""
 
-    for name in needed:
-        cls = pipeline.classes[name]
-        bound = pipeline.bindings[name]
-        if name in injected:
-            outputs[name] = injected[name]
-            if keys is not None:
-                keys[name] = _key_of(injected[name])
-            if recorder is not None:
-                recorder.append(StageEvent(name, cls.kind, {}, {}, dict(bound), injected[name], 0.0, "override"))
-            continue
-        stage = stages[name]
-        spec = recipe.stages[name]
+    recipe: RecipeSpec
+    pipeline: Pipeline
+    corpus: CorpusProtocol
+    batch: QueryBatch
+    single: bool
+    values: dict[str, Any]
+    injected: dict[str, Any]
+    target: str
+    needed: tuple[str, ...]
+    stages: dict[str, Stage]
+    cache: StageCache | None
+    outputs: dict[str, Any]
+    recorder: TraceRecorder | None
+    # cache keys of the outputs so far, and of the corpus (None: no cache, nothing is keyed)
+    keys: dict[str, Any] | None
+    corpus_key: Any
 
-        # gather inputs by port; a variadic port gets {upstream: value} without inactive entries
-        kwargs: dict[str, Any] = {}
+    @classmethod
+    def prepare(cls, recipe: RecipeSpec, corpus: CorpusProtocol, query_or_queries: Any, *, trace: bool,
+                overrides: Mapping[str, Any], cache: StageCache | None, output: str | None,
+                params: Mapping[str, Any]) -> "_Run":
+        """Resolve everything a run needs before a stage runs; bad arguments fail here, naming what is wrong."""
+        pipeline = Pipeline.of(recipe)
+        for name, value in params.items():  # freezing and hashing parameters recurse: bound the depth first
+            check_nesting(value, f"recipe {recipe.name!r}: parameter {name!r}")
+        values = resolve_params(recipe, params)
+        batch, single = _batch(query_or_queries)
+        check_corpus(corpus, f"recipe {recipe.name!r}")
+        injected = _check_overrides(pipeline, overrides, batch, corpus)
+        target = output or recipe.output
+        if target not in pipeline.classes:
+            raise RecipeError(f"{recipe.source}: output {target!r} is not a stage of recipe {recipe.name!r}; "
+                              f"stages: {', '.join(pipeline.order)}", source=recipe.source)
+        needed = pipeline.needed(target, injected)
+        stages = pipeline.instances(values, [name for name in needed if name not in injected])
+        recorder = TraceRecorder(recipe, batch, values, corpus) if trace else None
+        keys = None
+        corpus_key = None
+        if cache is not None:
+            keys = {QUERY_NODE: ("query", batch.texts, batch.originals, batch.origin.tobytes())}
+            # the corpus object and its version (a delete bumps it: stale outputs miss)
+            corpus_key = (id(corpus), corpus.version)
+        return cls(recipe, pipeline, corpus, batch, single, values, injected, target, needed, stages, cache,
+                   {QUERY_NODE: batch}, recorder, keys, corpus_key)
+
+    def inject(self, name: str) -> None:
+        """Take stage ``name``'s output from the caller's overrides."""
+        cls, value = self.pipeline.classes[name], self.injected[name]
+        self.outputs[name] = value
+        if self.keys is not None:
+            self.keys[name] = _key_of(value)
+        if self.recorder is not None:
+            self.recorder.append(StageEvent(name, cls.kind, {}, {}, dict(self.pipeline.bindings[name]), value, 0.0,
+                                            "override"))
+
+    def execute(self, name: str) -> None:
+        """Run stage ``name`` once for the whole batch (or reuse its cached output, or switch it off)."""
+        cls, bound, stage = self.pipeline.classes[name], self.pipeline.bindings[name], self.stages[name]
+        kwargs, active = self._inputs(name)
+        start = time.perf_counter() if self.recorder is not None else 0.0
+        if not active:
+            output: Any = Candidates.inactive(self.batch) if cls.output is CANDIDATES else INACTIVE
+            status = "inactive"
+            if self.keys is not None:
+                self.keys[name] = ("inactive", name)
+        else:
+            output, status = self._cached_or_run(name, stage, kwargs)
+        self.outputs[name] = output
+        if self.recorder is not None:
+            elapsed = (time.perf_counter() - start) * 1000.0
+            inputs_by_upstream = {s: self.outputs[s] for sources in bound.values() for s in sources}
+            self.recorder.append(StageEvent(name, cls.kind, stage.params(), inputs_by_upstream, dict(bound), output,
+                                            elapsed, status))
+
+    def _inputs(self, name: str) -> tuple[dict[str, Any], bool]:
+        """The stage's inputs by port (a variadic port gets ``{upstream: value}`` without inactive entries),
+        and whether it runs: its ``when`` holds and no required input is inactive."""
+        cls, bound = self.pipeline.classes[name], self.pipeline.bindings[name]
+        values = self.values
         active = all(any(values.get(param) == v and isinstance(values.get(param), bool) == isinstance(v, bool)
-                         for v in allowed) for param, allowed in spec.when.items())
+                         for v in allowed) for param, allowed in self.recipe.stages[name].when.items())
+        kwargs: dict[str, Any] = {}
         for port in cls.inputs:
             sources = bound.get(port.name)
             if not sources:
                 continue
             if port.variadic:
-                live = {s: outputs[s] for s in sources if not is_inactive(outputs[s])}
+                live = {s: self.outputs[s] for s in sources if not is_inactive(self.outputs[s])}
                 if len(live) < port.minimum:
                     active = False
                 kwargs[port.name] = live
             else:
-                value = outputs[sources[0]]
+                value = self.outputs[sources[0]]
                 if is_inactive(value) and port.required:
                     active = False
                 kwargs[port.name] = value
+        return kwargs, active
 
-        start = time.perf_counter() if recorder is not None else 0.0
-        status = "ran"
-        if not active:
-            output: Any = Candidates.inactive(batch) if cls.output is CANDIDATES else INACTIVE
-            status = "inactive"
-        else:
-            key = None
-            output = _MISSING
-            if cache is not None and keys is not None:
-                input_keys = tuple((port, tuple(keys[s] for s in sources)) for port, sources in bound.items())
-                try:
-                    # the name too: it prefixes the provenance columns the stage writes; parameters by
-                    # a type-exact key, so {"n": True} never reuses the output of {"n": 1}
-                    key = (name, cls.kind, cls, cache_key(stage.params()), input_keys, corpus_key)
-                except UnkeyableError:  # a parameter too deep to key: run the stage, never guess
-                    key = None
+    def _cached_or_run(self, name: str, stage: Stage, kwargs: Mapping[str, Any]) -> tuple[Any, str]:
+        """The stage's output, from the cache when it holds this very execution, else by running it."""
+        key = self._cache_key(name, stage)
+        cache = self.cache
+        output = _MISSING
+        if cache is not None and key is not None:
+            output = cache.get(key, self.corpus)
+        status = "ran" if output is _MISSING else "cached"
+        if output is _MISSING:
+            output = _run_stage(stage, StageContext(self.corpus, name, self.batch), kwargs, name, self.corpus)
+            if cache is not None:
+                cache.executions[name] += 1
                 if key is not None:
-                    output = cache.get(key, corpus)
-                if output is not _MISSING:
-                    status = "cached"
-            if output is _MISSING:
-                output = _run_stage(stage, StageContext(corpus, name, batch), kwargs, name, corpus)
-                if cache is not None:
-                    cache.executions[name] += 1
-                    if key is not None:
-                        cache.put(key, corpus, output)
-            if keys is not None:
-                # an unkeyed output gets a key of its own, so nothing downstream can hit on it either
-                keys[name] = key if key is not None else ("uncached", object())
-        if keys is not None and not active:
-            keys[name] = ("inactive", name)
-        outputs[name] = output
-        if recorder is not None:
-            elapsed = (time.perf_counter() - start) * 1000.0
-            inputs_by_upstream = {s: outputs[s] for sources in bound.values() for s in sources}
-            recorder.append(StageEvent(name, cls.kind, stage.params(), inputs_by_upstream, dict(bound), output,
-                                       elapsed, status))
+                    cache.put(key, self.corpus, output)
+        if self.keys is not None:
+            # an unkeyed output gets a key of its own, so nothing downstream can hit on it either
+            self.keys[name] = key if key is not None else ("uncached", object())
+        return output, status
 
-    return Result(recipe=recipe, corpus=corpus, queries=batch, single=single, params=values,
-                  outputs=outputs, trace=recorder, output_name=target)
+    def _cache_key(self, name: str, stage: Stage) -> Any:
+        """What determines this stage execution's output (None: no cache, or a parameter too deep to key)."""
+        if self.cache is None or self.keys is None:
+            return None
+        keys = self.keys
+        input_keys = tuple((port, tuple(keys[s] for s in sources))
+                           for port, sources in self.pipeline.bindings[name].items())
+        try:
+            # the name too: it prefixes the provenance columns the stage writes; parameters by
+            # a type-exact key, so {"n": True} never reuses the output of {"n": 1}
+            return (name, type(stage).kind, type(stage), cache_key(stage.params()), input_keys, self.corpus_key)
+        except UnkeyableError:  # a parameter too deep to key: run the stage, never guess
+            return None
 
 
 def _run_stage(stage: Any, ctx: Any, kwargs: Mapping[str, Any], name: str, corpus: Any) -> Any:

@@ -27,12 +27,13 @@ import attrs
 import numpy as np
 
 from irflow.engine.batches import Candidates, QueryBatch
-from irflow.errors import IrflowError
-from irflow.engine.executor import INACTIVE
+from irflow.engine.events import INACTIVE
+from irflow.engine.pipeline import Pipeline
+from irflow.engine.values import Summary, jsonable
+from irflow.errors import IrflowError, NotInTrace
 from irflow.util.table import format_value, render_table
-from irflow.engine.trace import NotInTrace, Summary, jsonable
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the callers' types: result.py and trace.py import this module
     from irflow.engine.result import Result
     from irflow.engine.trace import Trace
 
@@ -374,11 +375,10 @@ def _output_position(result: "Result", output: Candidates, key: str, query: int)
     mine = np.flatnonzero(output.origin_index == query)
     if not mine.size:
         return None
-    corpus = result.corpus
-    ids = np.asarray(corpus.record_ids)[output.row[mine]]
-    found = np.flatnonzero(ids == key)
+    rows = output.row[mine]
+    found = np.flatnonzero(result.corpus.record_ids_of(rows) == key)
     if not found.size:
-        found = np.flatnonzero(np.asarray(corpus.artifact_ids)[output.row[mine]] == key)
+        found = np.flatnonzero(result.corpus.artifact_ids_of(rows) == key)
     return int(mine[found[0]]) if found.size else None
 
 
@@ -418,7 +418,7 @@ def explain_result(result: "Result", hit: Any, *, query: int | None = None) -> E
 
 def _from_provenance(result: "Result", output: Candidates, query: int, index: int) -> Explanation:
     recipe = result.recipe
-    order = list(recipe.pipeline().order)
+    order = list(Pipeline.of(recipe).order)
     kinds = {name: spec.kind for name, spec in recipe.stages.items()}
     groups: dict[str, list[str]] = {}
     other: list[str] = []
@@ -452,11 +452,11 @@ def _from_provenance(result: "Result", output: Candidates, query: int, index: in
     if other:
         steps.append(Step("(other)", None, None, None, details=tuple(
             Detail(c, c, _value(output.provenance[c], index)) for c in other)))
-    row = int(output.row[index])
+    rows = output.row[index:index + 1]
     corpus = result.corpus
-    record_id = np.asarray(corpus.record_ids)[row]
-    artifact = np.asarray(corpus.artifact_ids)[row]
-    kind_name = corpus.kinds[int(np.asarray(corpus.kind_codes)[row])]
+    record_id = corpus.record_ids_of(rows)[0]
+    artifact = corpus.artifact_ids_of(rows)[0]
+    kind_name = corpus.kinds[int(corpus.kind_codes_of(rows)[0])]
     notes = ("not traced: the steps come from the provenance columns carried to the output; "
              "run with trace=True for every stage's candidates",)
     return Explanation(result.queries.originals[query], query, record_id, artifact, kind_name, int(output.rank[index]),
@@ -466,6 +466,6 @@ def _from_provenance(result: "Result", output: Candidates, query: int, index: in
 def _fuse_params(recipe: Any, params: Mapping[str, Any], stage: str) -> dict[str, Any]:
     """The fuse stage's resolved method / rrf_k / weights (its stage object, built from the run's params)."""
     try:
-        return recipe.pipeline().instances(params, [stage])[stage].params()
+        return Pipeline.of(recipe).instances(params, [stage])[stage].params()
     except (IrflowError, KeyError):  # the note is optional: an explanation never fails over it
         return {}

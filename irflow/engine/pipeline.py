@@ -1,110 +1,32 @@
-"""The DAG of a validated recipe, held in networkx.
+"""The DAG of a validated recipe, ready to run.
 
-Nodes are the recipe's stages plus the implicit source node ``"query"``
-(the raw query batch); an edge ``a -> b`` means ``a``'s output feeds one of
-``b``'s input ports (edge attribute ``ports``).  The pipeline answers the
-executor's questions: which stages does an output need (its ancestors — and
-none behind an injected override), and in which order (a topological order,
-ties broken by declaration order so runs and traces are reproducible).
+A :class:`Pipeline` holds what validation learned (each stage's kind class,
+its port bindings, the graph) and answers the executor's questions: which
+stages does an output need (its ancestors — and none behind an injected
+override), in which order (a topological order, ties broken by declaration
+order so runs and traces are reproducible), and which stage objects a run's
+parameter values make (validated, cached per values).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import networkx as nx
 
+from irflow.engine.batches import Scale
+from irflow.engine.graph import QUERY_NODE
+from irflow.engine.instantiate import instantiate, stage_values
+from irflow.engine.model import FrozenMap, RecipeSpec, StageSpec
+from irflow.engine.stage import Stage, stage_params
+from irflow.engine.validate import analyze, stage_label, upstreams
+from irflow.engine.validators import did_you_mean
+from irflow.errors import RecipeError
 from irflow.util.cachekey import UnkeyableError, cache_key
-from irflow.engine.ports import Port
-from irflow.engine.recipe import QUERY_NODE, FrozenMap, StageSpec
 
-if TYPE_CHECKING:
-    from irflow.engine.recipe import Recipe
-    from irflow.engine.stage import Stage
-
-__all__ = ["Pipeline", "bind_inputs", "build_graph", "QUERY_NODE"]
-
-
-def _did_you_mean(word: str, options: Iterable[str]) -> str:
-    import difflib
-
-    match = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
-    return f" (did you mean {match[0]!r}?)" if match else ""
-
-
-def _ports_listing(ports: Iterable[Port]) -> str:
-    listing = ", ".join(p.describe() for p in ports)
-    return listing or "(none: this kind takes no inputs)"
-
-
-def bind_inputs(spec: StageSpec, ports: tuple[Port, ...]) -> tuple[dict[str, tuple[str, ...]], list[str]]:
-    """Map a stage's ``inputs`` onto its kind's ports.
-
-    A list fills the ports in declared order with query ports last (a port
-    taking any number takes all remaining names); a table maps ports by
-    name.  Query ports left unwired get the raw query batch (``"query"``).
-    Returns ``(port -> upstream names, problems)``; problems are phrased
-    without the file/stage prefix.  Unconnected ports are not reported here
-    (validation does, with the stages that could feed them).
-    """
-    bound: dict[str, tuple[str, ...]] = {}
-    problems: list[str] = []
-    by_name = {p.name: p for p in ports}
-    if isinstance(spec.inputs, Mapping):
-        for port_name, value in spec.inputs.items():
-            port = by_name.get(port_name)
-            names = value if isinstance(value, tuple) else (value,)
-            if port is None:
-                problems.append(f"has no input port {port_name!r}{_did_you_mean(port_name, by_name)}; "
-                                f"its ports: {_ports_listing(ports)}")
-                continue
-            if not port.variadic and len(names) != 1:
-                problems.append(f"input port {port.describe()} takes exactly one stage, got {list(names)}; "
-                                f"write inputs = {{ {port.name} = \"<stage>\" }}")
-                continue
-            bound[port_name] = tuple(names)
-    else:
-        names = list(spec.inputs)
-        order = [p for p in ports if not p.is_query] + [p for p in ports if p.is_query]
-        for port in order:
-            if not names:
-                break
-            if port.variadic:
-                bound[port.name] = tuple(names)
-                names = []
-            else:
-                bound[port.name] = (names.pop(0),)
-        if names:
-            problems.append(f"takes the inputs {_ports_listing(ports)} but {len(spec.inputs)} were given "
-                            f"({', '.join(spec.inputs)}); remove {', '.join(map(repr, names))}")
-    for port in ports:
-        if port.name not in bound and port.is_query:
-            bound[port.name] = (QUERY_NODE,)
-    return bound, problems
-
-
-def build_graph(stage_names: Iterable[str], bindings: Mapping[str, Mapping[str, tuple[str, ...]]]) -> nx.DiGraph:
-    """The DiGraph of stages (plus ``"query"``) with ``ports`` on each edge.
-
-    Upstream names that are not stages are left out (validation reports them).
-    """
-    graph = nx.DiGraph()
-    graph.add_node(QUERY_NODE, index=-1)
-    names = list(stage_names)
-    for index, name in enumerate(names):
-        graph.add_node(name, index=index)
-    for name, ports in bindings.items():
-        for port, sources in ports.items():
-            for source in sources:
-                if source not in graph:
-                    continue
-                if graph.has_edge(source, name):
-                    graph.edges[source, name]["ports"].append(port)
-                else:
-                    graph.add_edge(source, name, ports=[port])
-    return graph
+__all__ = ["Pipeline"]
 
 
 @attrs.frozen(eq=False)
@@ -115,19 +37,21 @@ class Pipeline:
     ports to upstream names, ``order`` is the whole recipe in execution order.
     """
 
-    recipe: "Recipe"
+    recipe: RecipeSpec
     graph: nx.DiGraph
-    classes: Mapping[str, type["Stage"]]
+    classes: Mapping[str, type[Stage]]
     bindings: Mapping[str, Mapping[str, tuple[str, ...]]]
     order: tuple[str, ...]
     _instances: dict[Any, Any] = attrs.field(factory=dict, init=False, repr=False)
 
     @classmethod
-    def from_recipe(cls, recipe: "Recipe") -> "Pipeline":
-        """Validate ``recipe`` (one RecipeError with every problem) and build its pipeline."""
-        from irflow.errors import RecipeError
-        from irflow.engine.validate import analyze
+    def of(cls, recipe: RecipeSpec) -> "Pipeline":
+        """The pipeline of ``recipe``, validated and built once per recipe object."""
+        return recipe.memo("pipeline", lambda: cls.from_recipe(recipe))
 
+    @classmethod
+    def from_recipe(cls, recipe: RecipeSpec) -> "Pipeline":
+        """Validate ``recipe`` (one RecipeError with every problem) and build its pipeline."""
         analysis = analyze(recipe)
         if analysis.problems:
             raise RecipeError(list(analysis.problems), source=recipe.source)
@@ -172,19 +96,17 @@ class Pipeline:
     def _known(self, stage: str) -> None:
         if stage not in self.classes:
             raise KeyError(f"recipe {self.recipe.name!r} has no stage {stage!r}"
-                           f"{_did_you_mean(stage, self.classes)}; stages: {', '.join(self.order)}")
+                           f"{did_you_mean(stage, self.classes)}; stages: {', '.join(self.order)}")
 
     def spec(self, stage: str) -> StageSpec:
         return self.recipe.stages[stage]
 
-    def instances(self, values: Mapping[str, Any], stages: Iterable[str]) -> dict[str, "Stage"]:
+    def instances(self, values: Mapping[str, Any], stages: Iterable[str]) -> dict[str, Stage]:
         """Stage objects for these recipe-parameter values (validated; cached per values).
 
         Raises one RecipeError naming every stage whose resolved parameters
         are invalid (e.g. ``run(..., k="ten")``).
         """
-        from irflow.engine.validate import resolved_instances
-
         stages = tuple(stages)
         # Type-exact: with an equality key, rrf_k=True would reuse the instances validated for rrf_k=1
         # and {"n": True} the filter of {"n": 1}; a hit stands for the very same values, validated before.
@@ -194,7 +116,7 @@ class Pipeline:
             key = None
         if key is not None and key in self._instances:
             return self._instances[key]
-        made = resolved_instances(self, values, stages)
+        made = _resolved_instances(self, values, stages)
         if key is not None:
             if len(self._instances) >= 64:  # a sweep's worth; drop the oldest
                 self._instances.pop(next(iter(self._instances)))
@@ -226,3 +148,40 @@ class Pipeline:
 
 def _node_id(name: str) -> str:
     return name.replace("-", "_")
+
+
+def _resolved_instances(pipeline: Pipeline, values: Mapping[str, Any], stages: Iterable[str]) -> dict[str, Stage]:
+    """Stage objects for a run's parameter values, with parameter and scale checks.
+
+    Raises one RecipeError naming every stage whose resolved parameters are
+    invalid or whose inputs' scales it cannot take.
+    """
+    recipe = pipeline.recipe
+    src = recipe.source
+    names = set(recipe.params) | set(recipe.derived)
+    stages = tuple(stages)
+    problems: list[str] = []
+    made: dict[str, Stage] = {}
+    for name in stages:
+        cls = pipeline.classes[name]
+        spec = recipe.stages[name]
+        values_, via = stage_values(spec, values, names, stage_params(cls))
+        instance, bad = instantiate(cls, values_, via, stage_label(src, name, cls.kind))
+        problems.extend(bad)
+        if instance is not None:
+            made[name] = instance
+    if problems:
+        raise RecipeError(problems, source=src)
+    scales: dict[str, frozenset[Scale] | None] = {}
+    wanted = set(stages)
+    for name in pipeline.order:
+        if name not in wanted:
+            scales[name] = None
+            continue
+        ups = upstreams(pipeline.bindings[name], pipeline.classes, scales)
+        scales[name] = made[name].output_scales(ups)
+        label = stage_label(src, name, pipeline.classes[name].kind)
+        problems.extend(f"{label}: {message}" for message in made[name].check(ups))
+    if problems:
+        raise RecipeError(problems, source=src)
+    return made

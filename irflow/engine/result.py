@@ -14,28 +14,25 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import numpy as np
 
 from irflow.engine.batches import Candidates, QueryBatch
+from irflow.engine.explain import Explanation, explain_result
+from irflow.engine.model import QUERY_NODE, RecipeSpec
+from irflow.engine.trace import Trace
 from irflow.errors import IrflowError
-from irflow.engine.recipe import QUERY_NODE
-
-if TYPE_CHECKING:
-    from irflow.engine.explain import Explanation
-    from irflow.engine.trace import Trace
+from irflow.store.protocol import CorpusProtocol
 
 __all__ = ["Result"]
 
 
-def _as_trace(value: Any) -> "Trace | None":
+def _as_trace(value: Any) -> Trace | None:
     """The executor's TraceRecorder wrapped as a Trace; None (an untraced run) costs nothing."""
     if value is None:
         return None
-    from irflow.engine.trace import Trace  # imported only for traced runs
-
     return value if isinstance(value, Trace) else Trace.from_recorder(value)
 
 
@@ -47,13 +44,13 @@ class Result:
     its output; ``params`` holds the resolved recipe parameters of the run.
     """
 
-    recipe: Any
-    corpus: Any
+    recipe: RecipeSpec
+    corpus: CorpusProtocol
     queries: QueryBatch
     single: bool
     params: Mapping[str, Any]
     outputs: Mapping[str, Any]
-    trace: "Trace | None" = attrs.field(default=None, converter=_as_trace)  # None unless run with trace=True
+    trace: Trace | None = attrs.field(default=None, converter=_as_trace)  # None unless run with trace=True
     output_name: str = ""  # the stage whose output is the result ("" = the recipe's output)
 
     def __attrs_post_init__(self) -> None:
@@ -103,17 +100,15 @@ class Result:
                     raise IrflowError(f"the output's query batch has {value.queries.n_original} original "
                                       f"queries, the run had {n}")
                 order = np.argsort(origin, kind="stable")
-                hit = self.corpus.hit
-                # one SearchHit per returned candidate: the output is small (k per query)
-                for q, row, score in zip(origin[order].tolist(), value.row[order].tolist(),
-                                         value.score[order].tolist()):
-                    per_query[q].append(hit(row, score))
+                hits = self.corpus.hits(value.row[order], value.score[order])
+                for q, hit in zip(origin[order].tolist(), hits):  # the output is small: k per query
+                    per_query[q].append(hit)
         else:
             raise IrflowError(f"the output stage {self.output_name!r} produced {type(value).__name__}, "
                               "which has no hits; make a stage producing Candidates or Hits the output")
         return per_query[0] if self.single else per_query
 
-    def explain(self, hit: Any, *, query: int | None = None) -> "Explanation":
+    def explain(self, hit: Any, *, query: int | None = None) -> Explanation:
         """Why ``hit`` ranks where it does: its score and rank at every stage it passed.
 
         ``hit`` is a SearchHit of ``self.hits``, a record id or an artifact
@@ -124,8 +119,6 @@ class Result:
 
         >>> print(result.explain(result.hits[0]))   # doctest: +SKIP
         """
-        from irflow.engine.explain import explain_result
-
         return explain_result(self, hit, query=query)
 
     def __repr__(self) -> str:

@@ -1,57 +1,52 @@
 """Recipe validation: every problem at once, each naming the file, the stage and the fix.
 
-:func:`analyze` walks a recipe and collects, without stopping at the first:
+Validation is a list of small checks (as Hamilton's and Haystack's graph
+validation are): each looks at one aspect of a recipe and returns its
+problems; :func:`analyze` runs them all, in order, and reports everything
+together.  What several checks need (the stage classes, the derived
+defaults, the port bindings, the graph) is worked out once, on first use, by
+:class:`Facts`.  The checks, in the order their problems are reported:
 
-- structural problems found while loading (missing kind, malformed inputs, ...);
+- structural problems found while parsing (missing kind, malformed inputs, ...);
 - recipe level: invalid or reserved parameter names, ``[choices]`` and
-  ``[derived]`` tables, a missing or unknown output;
-- per stage: invalid or reserved names, unknown kinds (with the known kinds
-  and the closest match), unknown parameters (with the kind's valid
-  parameters), ill-typed parameters (through the kind's own attrs
-  validators, also for the defaults of ``"$param"`` references), unknown
-  ``"$param"`` references, bad ``when`` keys and values;
-- wiring: unknown upstream stages, unknown ports, unconnected inputs (with
-  the stages that could feed them), edges whose types do not fit (both
-  ports, their types, what would fit);
-- the graph: cycles (the stages on each), stages that do not lead to the output;
+  ``[derived]`` tables;
+- per stage (:data:`STAGE_CHECKS`): invalid or reserved names, unknown kinds
+  (with the known kinds and the closest match), ``when`` keys and values,
+  unknown parameters (with the kind's valid parameters) and ``"$param"``
+  references, ill-typed parameters (through the kind's own attrs validators,
+  also for the defaults of ``"$param"`` references), inputs that do not fit
+  the kind's ports;
+- wiring, per stage (:data:`WIRING_CHECKS`): unknown upstream stages, edges
+  whose types do not fit (both ports, their types, what would fit),
+  unconnected inputs (with the stages that could feed them);
+- the graph: cycles (the stages on each), a missing or unknown output,
+  stages that do not lead to the output;
 - scales: a stage that makes no sense on its inputs' score scales says so
   through its ``check`` hook (e.g. a blend fusion needs a cosine and a bm25 input).
-
-:func:`resolved_instances` repeats the parameter and scale checks with a
-run's actual parameter values (``recipe.run(corpus, q, k="ten")`` fails
-before any stage runs, naming the stage and the recipe parameter).
 """
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import attrs
 import networkx as nx
 
 from irflow.engine.batches import Scale
-from irflow.errors import RecipeError
+from irflow.engine.graph import bind_inputs, build_graph
+from irflow.engine.instantiate import evaluate_derived, instantiate, stage_values
+from irflow.engine.kinds import get_stage_class, stage_kinds
+from irflow.engine.model import DERIVED_RULES, QUERY_NODE, RESERVED_PARAM_NAMES, RecipeSpec, StageSpec, \
+    derived_rule_args, param_ref
 from irflow.engine.ports import QUERY, PortType, fits, fitting_sources
-from irflow.engine.recipe import (
-    DERIVED_RULES,
-    QUERY_NODE,
-    RESERVED_PARAM_NAMES,
-    Recipe,
-    StageSpec,
-    derived_rule_args,
-    evaluate_derived,
-    literal,
-    param_ref,
-    thaw,
-)
-from irflow.engine.stage import Stage, Upstream, get_stage_class, stage_kinds, stage_params
+from irflow.engine.stage import Stage, Upstream, stage_params
+from irflow.engine.validators import closest, did_you_mean, listing
+from irflow.errors import RecipeError
 
-if TYPE_CHECKING:
-    from irflow.engine.pipeline import Pipeline
-
-__all__ = ["Analysis", "analyze", "validate_recipe", "resolved_instances", "instantiate", "run_argument_problems"]
+__all__ = ["Analysis", "Facts", "analyze", "validate_recipe", "upstreams", "stage_label", "CHECKS",
+           "STAGE_CHECKS", "WIRING_CHECKS"]
 
 _MAX_CYCLES = 5
 
@@ -68,22 +63,12 @@ class Analysis:
     instances: dict[str, Stage]
 
 
-def _did(word: Any, options: Iterable[str]) -> str:
-    match = difflib.get_close_matches(str(word), list(options), n=1, cutoff=0.6)
-    return f" (did you mean {match[0]!r}?)" if match else ""
+# --------------------------------------------------------------------------
+# wording
 
 
-def _closest(word: str, options: Iterable[str]) -> str | None:
-    match = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
-    return match[0] if match else None
-
-
-def _listing(names: Iterable[str]) -> str:
-    names = list(names)
-    return ", ".join(names) if names else "(none)"
-
-
-def _stage_label(source: str, name: str, kind: str) -> str:
+def stage_label(source: str, name: str, kind: str) -> str:
+    """``file: stage 'name' (kind)``, how every stage problem starts."""
     return f"{source}: stage {name!r} ({kind})" if kind else f"{source}: stage {name!r}"
 
 
@@ -104,403 +89,9 @@ def _kinds_producing(dst: PortType, taking: PortType | None = None) -> list[str]
     return kinds
 
 
-def instantiate(cls: type[Stage], values: Mapping[str, Any], via: Mapping[str, str],
-                label: str) -> tuple[Stage | None, list[str]]:
-    """Build ``cls(**values)`` through its attrs converters and validators, reporting every bad value.
-
-    ``via[key]`` names the recipe parameter a value came from (for messages).
-    Each field is checked on its own first so that several bad parameters
-    are all reported; then the whole object is built (cross-field checks).
-    """
-    infos = stage_params(cls)
-    fields = {f.name: f for f in attrs.fields(cls) if f.init}
-    problems: list[str] = []
-    for key, value in values.items():
-        where = f" (from recipe parameter ${via[key]})" if key in via else ""
-        phrase = _field_problem(fields[key], value)
-        if phrase is not None:
-            problems.append(f"{label}: parameter {key} = {value!r}{where}: {phrase}; "
-                            f"valid: {infos[key].describe()}{_doc(infos[key].doc)}")
-    for key, info in infos.items():
-        if info.required and key not in values:
-            problems.append(f"{label}: missing required parameter {key} ({info.describe()}{_doc(info.doc)}); "
-                            f"add {key} = ... to the stage")
-    if problems:
-        return None, problems
-    try:
-        return cls(**values), []
-    except (TypeError, ValueError) as error:
-        return None, [f"{label}: invalid parameters {dict(values)!r}: {error}"]
-
-
-def _field_problem(field: "attrs.Attribute", value: Any) -> str | None:
-    """What is wrong with ``value`` for one attrs field (its converter and validator alone), or None."""
-    try:
-        converted = value
-        if field.converter is not None and not isinstance(field.converter, attrs.Converter):
-            converted = field.converter(value)
-        if field.validator is not None:
-            field.validator(None, field, converted)
-    except (TypeError, ValueError) as error:
-        return _phrase(error)
-    except Exception:  # a validator that needs the instance: left to the constructor
-        return None
-    return None
-
-
-def _readers(recipe: Recipe) -> dict[str, list[tuple[str, "attrs.Attribute", Any]]]:
-    """Per recipe parameter, who reads it: (who, attrs field, ParamInfo or None); built once per recipe."""
-    cached = recipe._cache.get("readers")
-    if cached is not None:
-        return cached
-    found: dict[str, list[tuple[str, attrs.Attribute, Any]]] = {}
-    for stage_name, spec in recipe.stages.items():
-        cls = get_stage_class(spec.kind)
-        if cls is None:
-            continue
-        fields, infos = attrs.fields_dict(cls), stage_params(cls)
-        for key, raw in spec.params.items():
-            name = param_ref(raw)
-            if name is not None and key in fields and fields[key].init:
-                found.setdefault(name, []).append((f"stage {stage_name}", fields[key], infos.get(key)))
-    for derived_name, spec in recipe.derived.items():
-        cls = DERIVED_RULES.get(spec.rule)
-        if cls is None:
-            continue
-        fields = attrs.fields_dict(cls)
-        for key, raw in spec.args.items():
-            name = None if isinstance(raw, tuple) else param_ref(raw)
-            if name is not None and key in fields:
-                found.setdefault(name, []).append((f"derived {derived_name}", fields[key], None))
-    recipe._cache["readers"] = found
-    return found
-
-
-def run_argument_problems(recipe: Recipe, given: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-    """The caller's run arguments that a stage or derived rule reading them refuses.
-
-    One entry per bad argument, ``(name, value, reason, fix)`` as
-    :class:`~irflow.errors.ParameterError` takes it: the reason says what
-    is wrong (each distinct complaint once), who reads the value and what
-    it takes; the fix is the recipe's default when that one is accepted.
-    ``None`` values are skipped (a stage's own default applies).  Each value
-    goes through the readers' own converters and validators only, so a
-    valid call pays a few attribute checks.
-    """
-    readers = _readers(recipe)
-    out: list[tuple[Any, ...]] = []
-    for name, value in given.items():
-        uses = readers.get(name)
-        if value is None or not uses:
-            continue
-        default = recipe.params.get(name)
-        if type(value) is type(default) and isinstance(value, (str, int, float)) and value == default:
-            continue  # the recipe's own default, checked when the recipe was validated (search() passes them all)
-        complaints: dict[str, list[str]] = {}
-        valid = ""
-        for who, field, info in uses:
-            phrase = _field_problem(field, thaw(value))
-            if phrase is None:
-                continue
-            complaints.setdefault(phrase, [])
-            if who not in complaints[phrase]:
-                complaints[phrase].append(who)
-            if not valid and info is not None and info.doc:  # the first documented reader says what it takes
-                valid = f"; valid: {info.type} — {info.doc}"
-        if not complaints:
-            continue
-        reason = "; ".join(f"{phrase} (read by {', '.join(whos)})" for phrase, whos in complaints.items())
-        fix = None
-        if default is not None and all(_field_problem(field, thaw(default)) is None for _, field, _ in uses):
-            fix = (name, thaw(default), "e.g.")
-        out.append((name, value, reason + valid, fix))
-    return out
-
-
-def _phrase(error: Exception) -> str:
-    text = str(error).rstrip(".")
-    return text if text.startswith(("must", "is ", "should")) else f"invalid ({text})"
-
-
-def _doc(doc: str) -> str:
-    return f" — {doc}" if doc else ""
-
-
-def _stage_values(spec: StageSpec, params: Mapping[str, Any], valid_refs: set[str],
-                  fields: Iterable[str]) -> tuple[dict[str, Any], dict[str, str]]:
-    """Literal and resolved ``"$param"`` values of a stage's known parameters (None dropped)."""
-    values: dict[str, Any] = {}
-    via: dict[str, str] = {}
-    known = set(fields)
-    for key, raw in spec.params.items():
-        if key not in known:
-            continue
-        name = param_ref(raw)
-        if name is None:
-            values[key] = thaw(literal(raw))
-        elif name in valid_refs:
-            value = params.get(name)
-            if value is not None:  # None: the stage default applies
-                values[key] = thaw(value)
-                via[key] = name
-    return values, via
-
-
-def analyze(recipe: Recipe) -> Analysis:
-    """Every problem of ``recipe`` (see the module docstring), plus what the pipeline needs."""
-    src = recipe.source
-    problems: list[str] = list(recipe.parse_problems)
-    flags = recipe.parse_flags
-    param_names = set(recipe.params) | set(recipe.derived)
-
-    # -- recipe parameters, choices, derived ---------------------------------
-    for name in recipe.params:
-        if not _is_ident(name):
-            problems.append(f"{src}: recipe parameter name {name!r} is not an identifier; use letters, digits "
-                            "and _ (it is referred to as \"$name\")")
-        elif name in RESERVED_PARAM_NAMES:
-            problems.append(f"{src}: recipe parameter name {name!r} is reserved (an argument of Recipe.run: "
-                            f"{', '.join(RESERVED_PARAM_NAMES)}); rename it")
-    for name, allowed in recipe.choices.items():
-        if name not in recipe.params:
-            problems.append(f"{src}: [choices] names {name!r}, which is not a recipe parameter"
-                            f"{_did(name, recipe.params)}; recipe parameters: {_listing(recipe.params)}")
-            continue
-        default = recipe.params[name]
-        if default is not None and default not in allowed:
-            problems.append(f"{src}: the default of parameter {name!r} ({default!r}) is not among its "
-                            f"[choices] ({', '.join(map(repr, allowed))})")
-    defaults: dict[str, Any] = dict(recipe.params)
-    for name, spec in recipe.derived.items():
-        label = f"{src}: derived parameter {name!r}"
-        if not _is_ident(name) or name in RESERVED_PARAM_NAMES:
-            problems.append(f"{label}: the name must be an identifier not in {', '.join(RESERVED_PARAM_NAMES)}")
-        if spec.rule not in DERIVED_RULES:
-            if (name, "rule") not in flags:
-                problems.append(f"{label}: unknown rule {spec.rule!r}{_did(spec.rule, DERIVED_RULES)}; "
-                                f"rules: {_listing(DERIVED_RULES)}")
-            defaults[name] = None
-            continue
-        valid_args = derived_rule_args(spec.rule)
-        bad = False
-        for key, value in spec.args.items():
-            if key not in valid_args:
-                problems.append(f"{label}: rule {spec.rule!r} has no argument {key!r}{_did(key, valid_args)}; "
-                                f"its arguments: {_listing(valid_args)}")
-                bad = True
-            for item in (value if isinstance(value, tuple) else (value,)):
-                ref = param_ref(item)
-                if ref is not None and ref not in recipe.params:
-                    problems.append(f"{label}: argument {key} refers to {item!r}, which is not a recipe "
-                                    f"parameter{_did(ref, recipe.params)}; recipe parameters: "
-                                    f"{_listing(recipe.params)}")
-                    bad = True
-        if bad:
-            defaults[name] = None
-            continue
-        try:
-            defaults[name] = evaluate_derived(recipe, spec, recipe.params, given=recipe.params.get(name))
-        except RecipeError as error:
-            problems.extend(error.problems)
-            defaults[name] = None
-
-    # -- stages ---------------------------------------------------------------
-    classes: dict[str, type[Stage]] = {}
-    instances: dict[str, Stage] = {}
-    bindings: dict[str, dict[str, tuple[str, ...]]] = {}
-    miswired: set[str] = set()
-    stage_names = list(recipe.stages)
-    for name, spec in recipe.stages.items():
-        kind = spec.kind
-        if name == QUERY_NODE:
-            problems.append(f"{src}: stage name {QUERY_NODE!r} is reserved for the raw query batch (the "
-                            "implicit source every query port reads); rename the stage")
-        elif not isinstance(name, str) or not name or not (name[0].isalpha() or name[0] == "_") or not all(
-                c.isalnum() or c in "_-" for c in name):
-            problems.append(f"{src}: stage name {name!r} is not valid: use letters, digits, _ and -, starting "
-                            "with a letter or _ (names prefix provenance columns such as \"<stage>.score\")")
-        if spec.name != name:
-            problems.append(f"{src}: stage {name!r} is declared with the name {spec.name!r}; use one name")
-        cls = get_stage_class(kind) if kind else None
-        label = _stage_label(src, name, kind if cls is not None else "")
-        if not kind and (name, "kind") not in flags:
-            problems.append(f"{label} has no kind; give it one of: {_listing(stage_kinds())}")
-        if cls is None and kind:
-            problems.append(f"{src}: stage {name!r}: unknown kind {kind!r}{_did(kind, stage_kinds())}; known "
-                            f"kinds: {_listing(stage_kinds())} (third-party kinds register with "
-                            "irflow.register_stage or the entry-point group \"irflow.stages\"; on the command "
-                            "line, --plugin MODULE imports the module that registers them)")
-        # when
-        for key, allowed in spec.when.items():
-            if key not in param_names:
-                problems.append(f"{label}: when refers to {key!r}, which is not a recipe parameter"
-                                f"{_did(key, param_names)}; declare it under [params] (recipe parameters: "
-                                f"{_listing(sorted(param_names))})")
-            elif key in recipe.choices:
-                for value in allowed:
-                    if value not in recipe.choices[key]:
-                        problems.append(f"{label}: when.{key} lists {value!r}, which is not one of the choices "
-                                        f"of {key} ({', '.join(map(repr, recipe.choices[key]))})"
-                                        f"{_did(value, map(str, recipe.choices[key]))}")
-        # parameter names and references
-        infos = stage_params(cls) if cls is not None else {}
-        for key, raw in spec.params.items():
-            if cls is not None and key not in infos:
-                problems.append(f"{label}: unknown parameter {key!r}{_did(key, infos)}; valid parameters of "
-                                f"{kind}: {_listing(info.describe() for info in infos.values())}")
-            ref = param_ref(raw)
-            if ref is None:
-                continue
-            if not _is_ident(ref):
-                problems.append(f"{label}: parameter {key} = {raw!r} is not a valid reference; write "
-                                "\"$name\" naming a recipe parameter, or \"$$...\" for a literal string "
-                                "starting with $")
-            elif ref not in param_names:
-                problems.append(f"{label}: parameter {key} refers to ${ref}, which is not a recipe parameter"
-                                f"{_did(ref, param_names)}; declare it under [params] (recipe parameters: "
-                                f"{_listing(sorted(param_names))})")
-        if cls is None:
-            continue
-        classes[name] = cls
-        values, via = _stage_values(spec, defaults, param_names, infos)
-        instance, bad = instantiate(cls, values, via, label)
-        problems.extend(bad)
-        if instance is not None:
-            instances[name] = instance
-        bound, bind_problems = bind_inputs_checked(spec, cls)
-        if (name, "inputs") not in flags:
-            problems.extend(f"{label} {p}" for p in bind_problems)
-        if bind_problems:
-            miswired.add(name)  # its unconnected ports would only repeat the wiring problem
-        bindings[name] = bound
-
-    # -- wiring: unknown upstreams, types, unconnected ports -------------------
-    for name, bound in bindings.items():
-        cls = classes[name]
-        label = _stage_label(src, name, cls.kind)
-        ports = {p.name: p for p in cls.inputs}
-        for port_name, sources in bound.items():
-            port = ports[port_name]
-            for source in sources:
-                if source == QUERY_NODE:
-                    src_type: PortType | None = QUERY
-                    src_desc = "the raw query batch 'query'"
-                elif source in recipe.stages:
-                    up = classes.get(source)
-                    src_type = up.output if up is not None else None
-                    src_desc = f"stage {source!r} ({up.kind})" if up is not None else ""
-                else:
-                    problems.append(f"{label}: input {source!r} is not a stage of this recipe"
-                                    f"{_did(source, stage_names)}; stages: {_listing(stage_names)}")
-                    continue
-                if src_type is None or fits(src_type, port.type):
-                    continue
-                wanted = " or ".join(t.name for t in fitting_sources(port.type))
-                here = [s for s, c in classes.items() if fits(c.output, port.type) and s != name]
-                fix = (f"wire a stage that outputs it instead: {_listing(here)}" if here else
-                       f"add a stage of kind {' or '.join(_kinds_producing(port.type, src_type)) or '(none registered)'} "
-                       "between them")
-                problems.append(
-                    f"{label}: input port {port.describe()} cannot take {src_desc}, whose output is "
-                    f"{src_type}; the port needs {wanted}: {fix}")
-        if (name, "inputs") in flags or name in miswired:
-            continue
-        for port in cls.inputs:
-            count = len(bound.get(port.name, ()))
-            short = (port.variadic and 0 < count < port.minimum) or (port.required and count == 0)
-            if not short:
-                continue
-            here = [s for s, c in classes.items() if fits(c.output, port.type) and s != name]
-            if count:
-                problems.append(f"{label}: input port {port.describe()} needs at least {port.minimum} "
-                                f"stages, got {count}; add more to its inputs (stages here that output "
-                                f"{port.type}: {_listing(here)})")
-            elif port.variadic and here:
-                listed = ", ".join(f'"{h}"' for h in here[:2])
-                problems.append(f"{label}: input port {port.describe()} is not connected; list the stages it "
-                                f"takes, e.g. inputs = [{listed}] (stages here that output {port.type}: "
-                                f"{_listing(here)})")
-            elif here:
-                problems.append(f"{label}: input port {port.describe()} is not connected; wire it with "
-                                f"inputs = {{ {port.name} = \"{here[0]}\" }} (stages here that output "
-                                f"{port.type}: {_listing(here)})")
-            else:
-                problems.append(f"{label}: input port {port.describe()} is not connected, and no stage here "
-                                f"outputs {port.type}; add a stage of kind "
-                                f"{' or '.join(_kinds_producing(port.type)) or '(none registered)'} and wire "
-                                f"it with inputs = {{ {port.name} = \"<that stage>\" }}")
-
-    # -- the graph -------------------------------------------------------------
-    from irflow.engine.pipeline import build_graph
-
-    graph = build_graph(stage_names, bindings)
-    acyclic = True
-    for i, cycle in enumerate(nx.simple_cycles(graph)):
-        acyclic = False
-        if i >= _MAX_CYCLES:
-            problems.append(f"{src}: more cycles exist; fix the ones above first")
-            break
-        start = cycle.index(min(cycle))
-        cycle = cycle[start:] + cycle[:start]
-        path = " -> ".join(repr(s) for s in [*cycle, cycle[0]])
-        problems.append(f"{src}: stages {path} form a cycle; a recipe must be acyclic: remove one of "
-                        "these inputs")
-    output = recipe.output
-    if output and output not in recipe.stages:
-        if ("", "output") not in flags:
-            problems.append(f"{src}: output {output!r} is not a stage{_did(output, stage_names)}; stages: "
-                            f"{_listing(stage_names)}")
-    elif output and not any(field == "inputs" for _, field in flags):
-        # reachability follows the wiring as intended: a misspelt input counts as its closest stage,
-        # so one typo is reported once (as the unknown input), not again as unreachable stages
-        intended = graph.copy()
-        for name, spec in recipe.stages.items():
-            for upstream in spec.upstream_names():
-                target = upstream if upstream in recipe.stages else _closest(upstream, stage_names)
-                if target is not None:
-                    intended.add_edge(target, name)
-        used = nx.ancestors(intended, output) | {output}
-        for name in stage_names:
-            if name not in used:
-                kind = recipe.stages[name].kind
-                problems.append(f"{_stage_label(src, name, kind)} is unreachable: it does not lead to the "
-                                f"output {output!r}, so it would never run; wire it into a stage upstream of "
-                                f"the output, or remove it")
-
-    # -- scales ------------------------------------------------------------------
-    scales: dict[str, frozenset[Scale] | None] = {}
-    # scale checks run on the acyclic part (stages on or behind a cycle are already reported)
-    dag = graph
-    if not acyclic:
-        tangled: set[str] = set()
-        for component in nx.strongly_connected_components(graph):
-            if len(component) > 1 or any(graph.has_edge(n, n) for n in component):
-                tangled |= component
-        for node in list(tangled):
-            tangled |= nx.descendants(graph, node)
-        dag = graph.subgraph(n for n in graph if n not in tangled)
-    for name in (n for n in nx.topological_sort(dag) if n != QUERY_NODE):
-        cls = classes.get(name)
-        instance = instances.get(name)
-        if cls is None or instance is None:
-            scales[name] = None
-            continue
-        upstreams = _upstreams(bindings[name], classes, scales)
-        scales[name] = instance.output_scales(upstreams)
-        label = _stage_label(src, name, cls.kind)
-        problems.extend(f"{label}: {message}" for message in instance.check(upstreams))
-
-    return Analysis(tuple(problems), classes, bindings, graph, scales, instances)
-
-
-def bind_inputs_checked(spec: StageSpec, cls: type[Stage]) -> tuple[dict[str, tuple[str, ...]], list[str]]:
-    from irflow.engine.pipeline import bind_inputs
-
-    return bind_inputs(spec, cls.inputs)
-
-
-def _upstreams(bound: Mapping[str, tuple[str, ...]], classes: Mapping[str, type[Stage]],
-               scales: Mapping[str, frozenset[Scale] | None]) -> dict[str, tuple[Upstream, ...]]:
+def upstreams(bound: Mapping[str, tuple[str, ...]], classes: Mapping[str, type[Stage]],
+              scales: Mapping[str, frozenset[Scale] | None]) -> dict[str, tuple[Upstream, ...]]:
+    """What a stage's ``check`` and ``output_scales`` know about the stages feeding each of its ports."""
     out: dict[str, tuple[Upstream, ...]] = {}
     for port, sources in bound.items():
         infos = []
@@ -514,45 +105,419 @@ def _upstreams(bound: Mapping[str, tuple[str, ...]], classes: Mapping[str, type[
     return out
 
 
-def validate_recipe(recipe: Recipe) -> None:
+# --------------------------------------------------------------------------
+# what the checks share, worked out once
+
+
+class Facts:
+    """What validation learns about one recipe, each fact computed on first use.
+
+    The checks read these; none of them reports a problem itself (the checks do).
+    """
+
+    def __init__(self, recipe: RecipeSpec) -> None:
+        self.recipe = recipe
+        self.src = recipe.source
+        self.flags = recipe.parse_flags
+        self.param_names = set(recipe.params) | set(recipe.derived)
+        self.stage_names = list(recipe.stages)
+
+    @functools.cached_property
+    def derived(self) -> dict[str, tuple[Any, list[str]]]:
+        """Per derived parameter: its default value (None when it cannot be computed) and its problems."""
+        return {name: _derive(self, name, spec.rule, spec.args) for name, spec in self.recipe.derived.items()}
+
+    @functools.cached_property
+    def defaults(self) -> dict[str, Any]:
+        """Every recipe parameter's default, derived ones included."""
+        return {**dict(self.recipe.params), **{name: value for name, (value, _) in self.derived.items()}}
+
+    @functools.cached_property
+    def classes(self) -> dict[str, type[Stage]]:
+        """The kind class of every stage whose kind is known."""
+        found = {}
+        for name, spec in self.recipe.stages.items():
+            cls = get_stage_class(spec.kind) if spec.kind else None
+            if cls is not None:
+                found[name] = cls
+        return found
+
+    @functools.cached_property
+    def built(self) -> dict[str, tuple[Stage | None, list[str]]]:
+        """Per stage of a known kind: its object built from the defaults (None when it cannot be), its problems."""
+        out = {}
+        for name, cls in self.classes.items():
+            spec = self.recipe.stages[name]
+            values, via = stage_values(spec, self.defaults, self.param_names, stage_params(cls))
+            out[name] = instantiate(cls, values, via, stage_label(self.src, name, cls.kind))
+        return out
+
+    @functools.cached_property
+    def instances(self) -> dict[str, Stage]:
+        return {name: instance for name, (instance, _) in self.built.items() if instance is not None}
+
+    @functools.cached_property
+    def bound(self) -> dict[str, tuple[dict[str, tuple[str, ...]], list[str]]]:
+        """Per stage of a known kind: its ports bound to upstream names, and the binding problems."""
+        return {name: bind_inputs(self.recipe.stages[name], cls.inputs) for name, cls in self.classes.items()}
+
+    @functools.cached_property
+    def bindings(self) -> dict[str, dict[str, tuple[str, ...]]]:
+        return {name: bound for name, (bound, _) in self.bound.items()}
+
+    @functools.cached_property
+    def graph(self) -> nx.DiGraph:
+        return build_graph(self.stage_names, self.bindings)
+
+    @functools.cached_property
+    def cycles(self) -> list[list[str]]:
+        """The first cycles of the graph (one more than are reported, to say that more exist)."""
+        found = []
+        for cycle in nx.simple_cycles(self.graph):
+            found.append(cycle)
+            if len(found) > _MAX_CYCLES:
+                break
+        return found
+
+    @functools.cached_property
+    def scaled(self) -> tuple[dict[str, frozenset[Scale] | None], list[str]]:
+        """Each stage's possible output scales, in graph order, and what the stages' ``check`` hooks said."""
+        scales: dict[str, frozenset[Scale] | None] = {}
+        problems: list[str] = []
+        for name in (n for n in nx.topological_sort(self.acyclic_part()) if n != QUERY_NODE):
+            cls, instance = self.classes.get(name), self.instances.get(name)
+            if cls is None or instance is None:
+                scales[name] = None
+                continue
+            ups = upstreams(self.bindings[name], self.classes, scales)
+            scales[name] = instance.output_scales(ups)
+            label = stage_label(self.src, name, cls.kind)
+            problems.extend(f"{label}: {message}" for message in instance.check(ups))
+        return scales, problems
+
+    def acyclic_part(self) -> nx.DiGraph:
+        """The graph without the stages on or behind a cycle (already reported; their scales are unknown)."""
+        graph = self.graph
+        if not self.cycles:
+            return graph
+        tangled: set[str] = set()
+        for component in nx.strongly_connected_components(graph):
+            if len(component) > 1 or any(graph.has_edge(n, n) for n in component):
+                tangled |= component
+        for node in list(tangled):
+            tangled |= nx.descendants(graph, node)
+        return graph.subgraph(n for n in graph if n not in tangled)
+
+    def label(self, name: str) -> str:
+        """The label of a stage of a known kind."""
+        return stage_label(self.src, name, self.classes[name].kind)
+
+
+def _derive(facts: Facts, name: str, rule: str, args: Mapping[str, Any]) -> tuple[Any, list[str]]:
+    """One derived parameter's default and the problems of its table."""
+    recipe, problems = facts.recipe, []
+    label = f"{facts.src}: derived parameter {name!r}"
+    if not _is_ident(name) or name in RESERVED_PARAM_NAMES:
+        problems.append(f"{label}: the name must be an identifier not in {', '.join(RESERVED_PARAM_NAMES)}")
+    if rule not in DERIVED_RULES:
+        if (name, "rule") not in facts.flags:
+            problems.append(f"{label}: unknown rule {rule!r}{did_you_mean(rule, DERIVED_RULES)}; "
+                            f"rules: {listing(DERIVED_RULES)}")
+        return None, problems
+    valid_args = derived_rule_args(rule)
+    bad = False
+    for key, value in args.items():
+        if key not in valid_args:
+            problems.append(f"{label}: rule {rule!r} has no argument {key!r}{did_you_mean(key, valid_args)}; "
+                            f"its arguments: {listing(valid_args)}")
+            bad = True
+        for item in (value if isinstance(value, tuple) else (value,)):
+            ref = param_ref(item)
+            if ref is not None and ref not in recipe.params:
+                problems.append(f"{label}: argument {key} refers to {item!r}, which is not a recipe "
+                                f"parameter{did_you_mean(ref, recipe.params)}; recipe parameters: "
+                                f"{listing(recipe.params)}")
+                bad = True
+    if bad:
+        return None, problems
+    try:
+        return evaluate_derived(recipe, recipe.derived[name], recipe.params, given=recipe.params.get(name)), problems
+    except RecipeError as error:
+        return None, problems + list(error.problems)
+
+
+# --------------------------------------------------------------------------
+# recipe-level checks
+
+
+def check_parse(facts: Facts) -> list[str]:
+    """What parsing found (missing kinds, malformed tables...)."""
+    return list(facts.recipe.parse_problems)
+
+
+def check_parameter_names(facts: Facts) -> list[str]:
+    problems = []
+    for name in facts.recipe.params:
+        if not _is_ident(name):
+            problems.append(f"{facts.src}: recipe parameter name {name!r} is not an identifier; use letters, "
+                            "digits and _ (it is referred to as \"$name\")")
+        elif name in RESERVED_PARAM_NAMES:
+            problems.append(f"{facts.src}: recipe parameter name {name!r} is reserved (an argument of Recipe.run: "
+                            f"{', '.join(RESERVED_PARAM_NAMES)}); rename it")
+    return problems
+
+
+def check_choices(facts: Facts) -> list[str]:
+    recipe, problems = facts.recipe, []
+    for name, allowed in recipe.choices.items():
+        if name not in recipe.params:
+            problems.append(f"{facts.src}: [choices] names {name!r}, which is not a recipe parameter"
+                            f"{did_you_mean(name, recipe.params)}; recipe parameters: {listing(recipe.params)}")
+            continue
+        default = recipe.params[name]
+        if default is not None and default not in allowed:
+            problems.append(f"{facts.src}: the default of parameter {name!r} ({default!r}) is not among its "
+                            f"[choices] ({', '.join(map(repr, allowed))})")
+    return problems
+
+
+def check_derived(facts: Facts) -> list[str]:
+    return [problem for _, problems in facts.derived.values() for problem in problems]
+
+
+def check_each_stage(facts: Facts) -> list[str]:
+    """The :data:`STAGE_CHECKS` of every stage, stage by stage."""
+    return [problem for name, spec in facts.recipe.stages.items()
+            for check in STAGE_CHECKS for problem in check(facts, name, spec)]
+
+
+def check_wiring(facts: Facts) -> list[str]:
+    """The :data:`WIRING_CHECKS` of every stage of a known kind, stage by stage."""
+    return [problem for name in facts.bindings for check in WIRING_CHECKS for problem in check(facts, name)]
+
+
+def check_cycles(facts: Facts) -> list[str]:
+    problems = []
+    for i, cycle in enumerate(facts.cycles):
+        if i >= _MAX_CYCLES:
+            problems.append(f"{facts.src}: more cycles exist; fix the ones above first")
+            break
+        start = cycle.index(min(cycle))
+        cycle = cycle[start:] + cycle[:start]
+        path = " -> ".join(repr(s) for s in [*cycle, cycle[0]])
+        problems.append(f"{facts.src}: stages {path} form a cycle; a recipe must be acyclic: remove one of "
+                        "these inputs")
+    return problems
+
+
+def check_output(facts: Facts) -> list[str]:
+    output = facts.recipe.output
+    if output and output not in facts.recipe.stages and ("", "output") not in facts.flags:
+        return [f"{facts.src}: output {output!r} is not a stage{did_you_mean(output, facts.stage_names)}; stages: "
+                f"{listing(facts.stage_names)}"]
+    return []
+
+
+def check_reachable(facts: Facts) -> list[str]:
+    """Stages that do not lead to the output (they would never run)."""
+    recipe, output = facts.recipe, facts.recipe.output
+    if not output or output not in recipe.stages or any(field == "inputs" for _, field in facts.flags):
+        return []
+    # reachability follows the wiring as intended: a misspelt input counts as its closest stage,
+    # so one typo is reported once (as the unknown input), not again as unreachable stages
+    intended = facts.graph.copy()
+    for name, spec in recipe.stages.items():
+        for upstream in spec.upstream_names():
+            target = upstream if upstream in recipe.stages else closest(upstream, facts.stage_names)
+            if target is not None:
+                intended.add_edge(target, name)
+    used = nx.ancestors(intended, output) | {output}
+    return [f"{stage_label(facts.src, name, recipe.stages[name].kind)} is unreachable: it does not lead to the "
+            f"output {output!r}, so it would never run; wire it into a stage upstream of the output, or remove it"
+            for name in facts.stage_names if name not in used]
+
+
+def check_scales(facts: Facts) -> list[str]:
+    """What each stage's own ``check`` says of its inputs' score scales (the acyclic part only)."""
+    return facts.scaled[1]
+
+
+# --------------------------------------------------------------------------
+# per-stage checks
+
+
+def check_stage_name(facts: Facts, name: str, spec: StageSpec) -> list[str]:
+    problems = []
+    if name == QUERY_NODE:
+        problems.append(f"{facts.src}: stage name {QUERY_NODE!r} is reserved for the raw query batch (the "
+                        "implicit source every query port reads); rename the stage")
+    elif not isinstance(name, str) or not name or not (name[0].isalpha() or name[0] == "_") or not all(
+            c.isalnum() or c in "_-" for c in name):
+        problems.append(f"{facts.src}: stage name {name!r} is not valid: use letters, digits, _ and -, starting "
+                        "with a letter or _ (names prefix provenance columns such as \"<stage>.score\")")
+    if spec.name != name:
+        problems.append(f"{facts.src}: stage {name!r} is declared with the name {spec.name!r}; use one name")
+    return problems
+
+
+def check_stage_kind(facts: Facts, name: str, spec: StageSpec) -> list[str]:
+    kind = spec.kind
+    if not kind and (name, "kind") not in facts.flags:
+        return [f"{stage_label(facts.src, name, '')} has no kind; give it one of: {listing(stage_kinds())}"]
+    if kind and name not in facts.classes:
+        return [f"{facts.src}: stage {name!r}: unknown kind {kind!r}{did_you_mean(kind, stage_kinds())}; known "
+                f"kinds: {listing(stage_kinds())} (third-party kinds register with "
+                "irflow.register_stage or the entry-point group \"irflow.stages\"; on the command "
+                "line, --plugin MODULE imports the module that registers them)"]
+    return []
+
+
+def _label_of(facts: Facts, name: str) -> str:
+    return facts.label(name) if name in facts.classes else stage_label(facts.src, name, "")
+
+
+def check_stage_when(facts: Facts, name: str, spec: StageSpec) -> list[str]:
+    recipe, problems, label = facts.recipe, [], _label_of(facts, name)
+    for key, allowed in spec.when.items():
+        if key not in facts.param_names:
+            problems.append(f"{label}: when refers to {key!r}, which is not a recipe parameter"
+                            f"{did_you_mean(key, facts.param_names)}; declare it under [params] (recipe parameters: "
+                            f"{listing(sorted(facts.param_names))})")
+        elif key in recipe.choices:
+            for value in allowed:
+                if value not in recipe.choices[key]:
+                    problems.append(f"{label}: when.{key} lists {value!r}, which is not one of the choices "
+                                    f"of {key} ({', '.join(map(repr, recipe.choices[key]))})"
+                                    f"{did_you_mean(value, map(str, recipe.choices[key]))}")
+    return problems
+
+
+def check_stage_parameters(facts: Facts, name: str, spec: StageSpec) -> list[str]:
+    """Unknown parameter names and ``"$param"`` references that name no recipe parameter."""
+    cls, problems, label = facts.classes.get(name), [], _label_of(facts, name)
+    infos = stage_params(cls) if cls is not None else {}
+    for key, raw in spec.params.items():
+        if cls is not None and key not in infos:
+            problems.append(f"{label}: unknown parameter {key!r}{did_you_mean(key, infos)}; valid parameters of "
+                            f"{spec.kind}: {listing(info.describe() for info in infos.values())}")
+        ref = param_ref(raw)
+        if ref is None:
+            continue
+        if not _is_ident(ref):
+            problems.append(f"{label}: parameter {key} = {raw!r} is not a valid reference; write "
+                            "\"$name\" naming a recipe parameter, or \"$$...\" for a literal string "
+                            "starting with $")
+        elif ref not in facts.param_names:
+            problems.append(f"{label}: parameter {key} refers to ${ref}, which is not a recipe parameter"
+                            f"{did_you_mean(ref, facts.param_names)}; declare it under [params] (recipe parameters: "
+                            f"{listing(sorted(facts.param_names))})")
+    return problems
+
+
+def check_stage_values(facts: Facts, name: str, spec: StageSpec) -> list[str]:
+    """Parameter values the kind's own validators refuse (the defaults of ``"$param"`` references included)."""
+    return facts.built[name][1] if name in facts.built else []
+
+
+def check_stage_inputs(facts: Facts, name: str, spec: StageSpec) -> list[str]:
+    """Inputs that do not fit the kind's ports (unless parsing already reported them)."""
+    if name not in facts.bound or (name, "inputs") in facts.flags:
+        return []
+    return [f"{facts.label(name)} {problem}" for problem in facts.bound[name][1]]
+
+
+# --------------------------------------------------------------------------
+# wiring checks (stages of a known kind)
+
+
+def check_input_types(facts: Facts, name: str) -> list[str]:
+    """Upstream names that are no stage, and edges whose types do not fit the port."""
+    recipe, classes, problems = facts.recipe, facts.classes, []
+    cls, label = classes[name], facts.label(name)
+    ports = {p.name: p for p in cls.inputs}
+    for port_name, sources in facts.bindings[name].items():
+        port = ports[port_name]
+        for source in sources:
+            if source == QUERY_NODE:
+                src_type: PortType | None = QUERY
+                src_desc = "the raw query batch 'query'"
+            elif source in recipe.stages:
+                up = classes.get(source)
+                src_type = up.output if up is not None else None
+                src_desc = f"stage {source!r} ({up.kind})" if up is not None else ""
+            else:
+                problems.append(f"{label}: input {source!r} is not a stage of this recipe"
+                                f"{did_you_mean(source, facts.stage_names)}; stages: {listing(facts.stage_names)}")
+                continue
+            if src_type is None or fits(src_type, port.type):
+                continue
+            wanted = " or ".join(t.name for t in fitting_sources(port.type))
+            here = [s for s, c in classes.items() if fits(c.output, port.type) and s != name]
+            fix = (f"wire a stage that outputs it instead: {listing(here)}" if here else
+                   f"add a stage of kind {' or '.join(_kinds_producing(port.type, src_type)) or '(none registered)'} "
+                   "between them")
+            problems.append(f"{label}: input port {port.describe()} cannot take {src_desc}, whose output is "
+                            f"{src_type}; the port needs {wanted}: {fix}")
+    return problems
+
+
+def check_connected(facts: Facts, name: str) -> list[str]:
+    """Input ports with too few upstream stages, with the stages here that could feed them."""
+    if (name, "inputs") in facts.flags or facts.bound[name][1]:
+        return []  # a wiring problem was reported: its unconnected ports would only repeat it
+    cls, label, problems = facts.classes[name], facts.label(name), []
+    bound = facts.bindings[name]
+    for port in cls.inputs:
+        count = len(bound.get(port.name, ()))
+        if not ((port.variadic and 0 < count < port.minimum) or (port.required and count == 0)):
+            continue
+        here = [s for s, c in facts.classes.items() if fits(c.output, port.type) and s != name]
+        if count:
+            problems.append(f"{label}: input port {port.describe()} needs at least {port.minimum} "
+                            f"stages, got {count}; add more to its inputs (stages here that output "
+                            f"{port.type}: {listing(here)})")
+        elif port.variadic and here:
+            listed = ", ".join(f'"{h}"' for h in here[:2])
+            problems.append(f"{label}: input port {port.describe()} is not connected; list the stages it "
+                            f"takes, e.g. inputs = [{listed}] (stages here that output {port.type}: "
+                            f"{listing(here)})")
+        elif here:
+            problems.append(f"{label}: input port {port.describe()} is not connected; wire it with "
+                            f"inputs = {{ {port.name} = \"{here[0]}\" }} (stages here that output "
+                            f"{port.type}: {listing(here)})")
+        else:
+            problems.append(f"{label}: input port {port.describe()} is not connected, and no stage here "
+                            f"outputs {port.type}; add a stage of kind "
+                            f"{' or '.join(_kinds_producing(port.type)) or '(none registered)'} and wire "
+                            f"it with inputs = {{ {port.name} = \"<that stage>\" }}")
+    return problems
+
+
+#: Checks of one stage: ``(facts, name, spec) -> problems``, run for every stage in declaration order.
+STAGE_CHECKS: tuple[Callable[[Facts, str, StageSpec], list[str]], ...] = (
+    check_stage_name, check_stage_kind, check_stage_when, check_stage_parameters, check_stage_values,
+    check_stage_inputs,
+)
+
+#: Checks of one stage's wiring: ``(facts, name) -> problems``, for every stage of a known kind.
+WIRING_CHECKS: tuple[Callable[[Facts, str], list[str]], ...] = (check_input_types, check_connected)
+
+#: The checks of a recipe, ``(facts) -> problems``, in the order their problems are reported.
+CHECKS: tuple[Callable[[Facts], list[str]], ...] = (
+    check_parse, check_parameter_names, check_choices, check_derived, check_each_stage, check_wiring,
+    check_cycles, check_output, check_reachable, check_scales,
+)
+
+
+def analyze(recipe: RecipeSpec) -> Analysis:
+    """Every problem of ``recipe`` (the :data:`CHECKS`, in order), plus what the pipeline needs."""
+    facts = Facts(recipe)
+    problems = tuple(problem for check in CHECKS for problem in check(facts))
+    return Analysis(problems, facts.classes, facts.bindings, facts.graph, facts.scaled[0], facts.instances)
+
+
+def validate_recipe(recipe: RecipeSpec) -> None:
     """Raise one RecipeError listing every problem of ``recipe``."""
     problems = analyze(recipe).problems
     if problems:
         raise RecipeError(list(problems), source=recipe.source)
-
-
-def resolved_instances(pipeline: "Pipeline", values: Mapping[str, Any], stages: Iterable[str]) -> dict[str, Stage]:
-    """Stage objects for a run's parameter values, with parameter and scale checks.
-
-    Raises one RecipeError naming every stage whose resolved parameters are
-    invalid or whose inputs' scales it cannot take.
-    """
-    recipe = pipeline.recipe
-    src = recipe.source
-    names = set(recipe.params) | set(recipe.derived)
-    stages = tuple(stages)
-    problems: list[str] = []
-    made: dict[str, Stage] = {}
-    for name in stages:
-        cls = pipeline.classes[name]
-        spec = recipe.stages[name]
-        values_, via = _stage_values(spec, values, names, stage_params(cls))
-        instance, bad = instantiate(cls, values_, via, _stage_label(src, name, cls.kind))
-        problems.extend(bad)
-        if instance is not None:
-            made[name] = instance
-    if problems:
-        raise RecipeError(problems, source=src)
-    scales: dict[str, frozenset[Scale] | None] = {}
-    wanted = set(stages)
-    for name in pipeline.order:
-        if name not in wanted:
-            scales[name] = None
-            continue
-        upstreams = _upstreams(pipeline.bindings[name], pipeline.classes, scales)
-        scales[name] = made[name].output_scales(upstreams)
-        label = _stage_label(src, name, pipeline.classes[name].kind)
-        problems.extend(f"{label}: {message}" for message in made[name].check(upstreams))
-    if problems:
-        raise RecipeError(problems, source=src)
-    return made

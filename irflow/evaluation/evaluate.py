@@ -59,6 +59,7 @@ import numpy as np
 from irflow.util.cachekey import cache_key
 from irflow.evaluation.datasets import Collection, load_beir, write_trec_run
 from irflow.evaluation.cache import CorpusSource, corpus_for
+from irflow.engine.batches import Candidates
 from irflow.engine.executor import StageCache
 from irflow.evaluation.metrics import EvaluationError, Metric, Qrels, Run, parse_metrics, per_query
 from irflow.engine.recipe import Recipe, load_recipe
@@ -524,8 +525,6 @@ class _RunBuilder:
         self.names, self.codes = np.unique(self.ids.astype(str), return_inverse=True)
 
     def add(self, result: Any, qids: Sequence[str], run: dict[str, dict[str, float]]) -> None:
-        from irflow.engine.batches import Candidates
-
         output = result.output()
         if not isinstance(output, Candidates):  # a Hits output: already SearchHits per query
             for qid, hits in zip(qids, result.hits):

@@ -36,6 +36,7 @@ import attrs
 import numpy as np
 
 from irflow.errors import EmbedderError
+from irflow.kernels import onnx_embedder  # its heavy imports (onnxruntime, tokenizers) happen on first use only
 from irflow.util.extras import install_hint
 
 __all__ = [
@@ -560,8 +561,6 @@ def _from_spec(spec: str) -> Embedder:
 
 
 def _onnx(spec: str, model: str) -> Embedder:
-    from irflow.kernels import onnx_embedder  # its heavy imports happen on first use only
-
     if not model:
         raise EmbedderError(f"bad embedder spec {spec!r}: name a model or a local path, e.g. "
                             f"'onnx:{onnx_embedder.PINNED_MODEL}'")
@@ -593,8 +592,6 @@ def cli_default_embedder() -> tuple[str, str | None]:
     ``$IRFLOW_EMBEDDER`` (a spec, or ``none``) overrides the choice, e.g. to
     keep a slow machine on ``hash``.
     """
-    from irflow.kernels import onnx_embedder
-
     chosen = os.environ.get(DEFAULT_EMBEDDER_ENV, "").strip()
     if chosen:
         resolve_embedder(None if chosen.lower() == "none" else chosen)  # a bad spec fails here, naming the forms

@@ -68,6 +68,7 @@ from itertools import chain
 from typing import Any, Iterable, Mapping
 
 import attrs
+import Stemmer  # PyStemmer
 
 from irflow.errors import AnalyzerError
 from irflow.kernels.stopwords import STOPWORDS
@@ -116,8 +117,6 @@ _STEMMERS = threading.local()  # PyStemmer objects are not thread-safe
 
 def _stemmer(language: str) -> Any:
     """This thread's Snowball stemmer for ``language`` (created once per thread)."""
-    import Stemmer  # PyStemmer, a runtime dependency; imported on first use
-
     cache = getattr(_STEMMERS, "by_language", None)
     if cache is None:
         cache = _STEMMERS.by_language = {}
@@ -127,8 +126,6 @@ def _stemmer(language: str) -> Any:
 
 
 def _stemmer_languages() -> tuple[str, ...]:
-    import Stemmer
-
     return tuple(Stemmer.algorithms())
 
 

@@ -35,6 +35,7 @@ from irflow.kernels.filters import CompiledFilter, compile_filter
 from irflow.store.generations import check_writable_root
 from irflow.store.paths import HOME_ENV, is_corpus_name, resolve_corpus_path
 from irflow.store.persist import VECTORS_FILE, EmbedderInfo, load_corpus, save_corpus
+from irflow.store.protocol import Siblings
 from irflow.kernels.postings import Postings
 from irflow.util.progress import bar, phase
 from irflow.store.records import Record, SearchHit
@@ -135,7 +136,11 @@ def _field_paths(metadata: Iterable[Mapping[str, Any]], depth: int = 3) -> list[
 
 
 class Corpus:
-    """Records and their indexes, row-aligned; what every retrieval stage reads.
+    """Records and their indexes, row-aligned; what every retrieval stage reads, through the corpus protocol.
+
+    Implements :class:`irflow.store.protocol.CorpusProtocol` (the members
+    retrieval code may use) and offers more for building, inspecting and
+    maintaining a corpus (``store``, ``vectors``, ``columns``, ``record_ids``...).
 
     Made by :func:`build` or :func:`open_corpus`, not by hand.  Rows are the
     records in build order; deleted rows stay (ids keep their rows) but no
@@ -271,6 +276,45 @@ class Corpus:
             embedder=embedder, embedder_info=self._embedder_info, name=self.name, path=self.path,
             vectors_check=self._vectors_check,
         )
+
+    @property
+    def version(self) -> int:
+        """Bumped by every delete: stage caches keyed by it never serve an answer from before."""
+        return self.store.version
+
+    # -- the corpus protocol's row lookups (irflow.store.protocol) --------------------------
+
+    def record_ids_of(self, rows: Any) -> np.ndarray:
+        """Record id of each row (object array)."""
+        return self.store.record_ids_of(rows)
+
+    def artifact_ids_of(self, rows: Any) -> np.ndarray:
+        """Artifact id of each row (object array)."""
+        return self.store.artifact_ids_of(rows)
+
+    def kind_codes_of(self, rows: Any) -> np.ndarray:
+        """Surface kind code of each row (int32), indexing :attr:`kinds`."""
+        return self.store.kind_codes_of(rows)
+
+    def surface_indices_of(self, rows: Any) -> np.ndarray:
+        """Plan-global surface index of each row (int64)."""
+        return self.store.surface_indices_of(rows)
+
+    def records(self, rows: Any) -> list[Record]:
+        """The records of these rows (no vectors), in order."""
+        return self.store.records(rows)
+
+    def hits(self, rows: Any, scores: Any) -> list[SearchHit]:
+        """One SearchHit per row with its score (a Python float); ``source`` is the corpus name."""
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        scores = np.asarray(scores, dtype=np.float64).reshape(-1)
+        if rows.size != scores.size:
+            raise ValueError(f"hits needs one score per row, got {rows.size} rows and {scores.size} scores")
+        return [self.hit(row, score) for row, score in zip(rows.tolist(), scores.tolist())]
+
+    def sibling_rows(self, artifact_ids: Sequence[str]) -> Siblings:
+        """Each artifact's live rows in plan order, through the ledger (:meth:`CorpusStore.sibling_rows`)."""
+        return self.store.sibling_rows(artifact_ids)
 
     # -- records --------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from irflow.errors import NoLedgerEntry
 from irflow.store.paths import resolve_corpus_path
+from irflow.store.persist import load_store
 from irflow.store.records import Record
 from irflow.store.record_store import CorpusStore
 
@@ -36,8 +37,6 @@ def resolve_store(source: Any) -> CorpusStore:
     if isinstance(store, CorpusStore):
         return store
     if isinstance(source, (str, os.PathLike)):
-        from irflow.store.persist import load_store  # imported here: in-memory callers never need the disk layer
-
         root = resolve_corpus_path(source)
         return load_store(root, name=root.name)
     raise TypeError(

@@ -22,6 +22,7 @@ import attrs
 import numpy as np
 
 from irflow.errors import CorpusError
+from irflow.store.protocol import Siblings
 from irflow.store.records import Record
 
 __all__ = ["CorpusStore", "prepare_records"]
@@ -87,6 +88,11 @@ def prepare_records(records: Iterable[Any], *, duplicates: list[tuple[int, int, 
         id_owner[record_id] = position
         prepared.append(record)
     return prepared
+
+
+def _rows(rows: Any) -> np.ndarray:
+    """Row numbers as a flat integer array (what the ``*_of`` lookups index with)."""
+    return np.asarray(rows, dtype=np.int64).reshape(-1)
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:
@@ -257,6 +263,28 @@ class CorpusStore:
         """Number of live records."""
         return int(self._live.sum())
 
+    # -- rows (the corpus protocol's row lookups: numpy in, numpy out) -----------------------
+
+    def record_ids_of(self, rows: Any) -> np.ndarray:
+        """Record id of each row (object array)."""
+        return self._record_ids[_rows(rows)]
+
+    def artifact_ids_of(self, rows: Any) -> np.ndarray:
+        """Artifact id of each row (object array)."""
+        return self._artifact_ids[_rows(rows)]
+
+    def kind_codes_of(self, rows: Any) -> np.ndarray:
+        """Surface kind code of each row (int32), indexing :attr:`kinds`."""
+        return self._kind_codes[_rows(rows)]
+
+    def surface_indices_of(self, rows: Any) -> np.ndarray:
+        """Plan-global surface index of each row (int64)."""
+        return self._surface_indices[_rows(rows)]
+
+    def records(self, rows: Any) -> list[Record]:
+        """The records of these rows, in order."""
+        return [self.record(row) for row in _rows(rows).tolist()]
+
     # -- ledger ---------------------------------------------------------------------------
 
     @property
@@ -267,6 +295,33 @@ class CorpusStore:
     def artifacts(self) -> tuple[str, ...]:
         """Artifact ids of the ledger, in order of first appearance at build time."""
         return tuple(self._ledger)
+
+    def sibling_rows(self, artifact_ids: Sequence[str]) -> Siblings:
+        """Each artifact's live rows in plan order, through the ledger (see :class:`~irflow.store.protocol.Siblings`).
+
+        Ledger ids are resolved, never re-derived; a deleted record is left
+        out silently, a listed id the store does not hold is reported as stale.
+        One dict lookup per listed record: the Python work is per artifact.
+        """
+        groups: list[np.ndarray] = []
+        listed: list[bool] = []
+        stale: list[tuple[str, str]] = []
+        for artifact in artifact_ids:
+            record_ids = self._ledger.get(artifact)
+            listed.append(record_ids is not None)
+            found = []
+            for record_id in record_ids or ():
+                row = self._row_of.get(record_id)
+                if row is None:
+                    stale.append((artifact, record_id))
+                elif self._live[row]:
+                    found.append(row)
+            rows = np.asarray(found, dtype=np.int64)
+            # the ledger is written in plan order; sorting keeps the promise for a hand-made one
+            groups.append(rows[np.argsort(self._surface_indices[rows], kind="stable")])
+        offsets = np.concatenate(([0], np.cumsum([g.size for g in groups], dtype=np.int64)))
+        flat = np.concatenate(groups) if groups else np.empty(0, np.int64)
+        return Siblings(offsets, flat, listed, stale)
 
     # -- deletes --------------------------------------------------------------------------
 

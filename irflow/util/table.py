@@ -1,7 +1,7 @@
 """Plain-text tables for traces, explanations and the command line.
 
 One small renderer shared by :mod:`irflow.engine.trace`, :mod:`irflow.engine.explain` and
-:mod:`irflow.cli.main`, so every table irflow prints looks the same: a header, a
+:mod:`irflow.cli.app`, so every table irflow prints looks the same: a header, a
 rule, left-aligned text and right-aligned numbers, long cells cut with an
 ellipsis.  No terminal library: the output is plain text a test can compare.
 

@@ -19,7 +19,6 @@ unexpected exception is a bug and keeps its traceback.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import sys
 import warnings
@@ -30,10 +29,18 @@ from typing import Any
 import click
 
 from irflow import __version__
-from irflow.cli.index import RECORD_FORMAT
+from irflow.cli import quickstart
+from irflow.cli.index import RECORD_FORMAT, bad_lines_report, read_record_file, skipped_report
 from irflow.cli.plugins import plugin_option
-from irflow.errors import InputError, IrflowError, ParameterError
+from irflow.engine.recipe import builtin_recipes, load_recipe
+from irflow.engine.trace import jsonable
+from irflow.errors import InputError, IrflowError, ParameterError, RecipeError
+from irflow.evaluation.datasets import load_beir
+from irflow.evaluation.evaluate import evaluate, holdout_split
+from irflow.kernels.embedders import cli_default_embedder
+from irflow.store.corpus import build, open_corpus
 from irflow.util.fileio import explain_os_error, loads_json
+from irflow.util.table import render_table
 
 __all__ = ["main", "UserError", "parse_sets", "parse_sweeps"]
 
@@ -124,8 +131,6 @@ def _json_option(value: str | None, what: str) -> Any:
 
 
 def _dumps(data: Any) -> str:
-    from irflow.engine.trace import jsonable
-
     return json.dumps(jsonable(data), ensure_ascii=False, indent=2)
 
 
@@ -171,9 +176,6 @@ def _one_line_warnings() -> Iterator[None]:
 def index(input_path: Path, out: Path, embedder: str | None, analyzer: str | None, name: str | None, title_mode: str,
           skip_bad: bool, progress: bool | None, as_json: bool) -> None:
     """Build a corpus from INPUT.jsonl (one record or BEIR document per line) into --out."""
-    from irflow.cli.index import bad_lines_report, read_record_file, skipped_report
-    from irflow.store.corpus import build
-
     show = sys.stderr.isatty() if progress is None else progress
     found = read_record_file(input_path, title_mode=title_mode, progress=show)
     if found.bad and not skip_bad:
@@ -210,8 +212,6 @@ def _embedder_option(embedder: str | None, *, needed: bool = True) -> str | None
         return None if embedder.lower() == "none" else embedder
     if not needed:
         return None
-    from irflow.kernels.embedders import cli_default_embedder
-
     spec, note = cli_default_embedder()
     if note:
         click.echo(note, err=True)
@@ -223,8 +223,6 @@ def _embedder_option(embedder: str | None, *, needed: bool = True) -> str | None
 
 
 def _hits_table(hits: Sequence[Any]) -> str:
-    from irflow.util.table import render_table
-
     rows = [[i, h.score, h.artifact_id, h.surface_kind, h.text] for i, h in enumerate(hits, start=1)]
     return render_table(["rank", "score", "artifact", "surface", "text"], rows, max_width=60)
 
@@ -244,9 +242,6 @@ def _hits_table(hits: Sequence[Any]) -> str:
 def run(recipe: str, corpus_path: str, queries: tuple[str, ...], settings: dict[str, Any], trace_path: Path | None,
         as_json: bool, explain_n: int) -> None:
     """Run RECIPE (a file or a built-in name) on a corpus and print the hits."""
-    from irflow.store.corpus import open_corpus
-    from irflow.engine.recipe import load_recipe
-
     the_recipe = load_recipe(recipe)
     corpus = open_corpus(corpus_path)
     try:
@@ -292,9 +287,6 @@ def run(recipe: str, corpus_path: str, queries: tuple[str, ...], settings: dict[
 @click.option("--json", "as_json", is_flag=True, help='Print {"ok": ..., "problems": [...]}.')
 def validate(recipe: str, as_json: bool) -> None:
     """Check RECIPE and list every problem (exit status 1 when there are any)."""
-    from irflow.errors import RecipeError
-    from irflow.engine.recipe import load_recipe
-
     try:
         loaded = load_recipe(recipe, validate=False)
         problems = loaded.problems()
@@ -319,8 +311,6 @@ def validate(recipe: str, as_json: bool) -> None:
 @click.option("--format", "fmt", type=click.Choice(["mermaid", "dot"]), default="mermaid", show_default=True)
 def graph(recipe: str, fmt: str) -> None:
     """Print RECIPE's DAG as Mermaid or Graphviz DOT text (offline)."""
-    from irflow.engine.recipe import load_recipe
-
     pipeline = load_recipe(recipe).pipeline()
     click.echo(pipeline.to_mermaid() if fmt == "mermaid" else pipeline.to_dot(), nl=False)
 
@@ -328,8 +318,6 @@ def graph(recipe: str, fmt: str) -> None:
 @main.command()
 def recipes() -> None:
     """List the built-in recipes."""
-    from irflow.engine.recipe import builtin_recipes, load_recipe
-
     for name in builtin_recipes():
         click.echo(f"{name}: {load_recipe(name, validate=False).description}")
 
@@ -408,9 +396,6 @@ def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: st
                  depth: int, batch_size: int, holdout: str | None, holdout_seed: int, baseline: str | None,
                  runs_dir: Path | None, cache: bool, progress: bool | None, as_json: bool) -> None:
     """Evaluate RECIPEs (files or built-in names) on a test collection and print the metrics."""
-    from irflow.evaluation.datasets import load_beir
-    from irflow.evaluation.evaluate import evaluate, holdout_split
-
     show = sys.stderr.isatty() if progress is None else progress
     collection = load_beir(dataset, split)
     queries = None
@@ -453,8 +438,6 @@ def _needs_vectors(recipes: Sequence[str], baseline: str | None) -> bool:
     A recipe that cannot be loaded counts as needing them (evaluate() reports on it); a baseline
     that is not a recipe is a label of one of ``recipes``, which decide.
     """
-    from irflow.engine.recipe import load_recipe
-
     for name, required in [*((r, True) for r in recipes), *([(baseline, False)] if baseline else [])]:
         try:
             stages = load_recipe(name, validate=False).stages.values()
@@ -484,15 +467,11 @@ def _needs_vectors(recipes: Sequence[str], baseline: str | None) -> bool:
 def demo(queries: tuple[str, ...], filter_json: str | None, mode: str | None, trace_path: Path | None,
          k: int | None, embedder: str | None) -> None:
     """Search a small corpus of the Python packages installed here (no setup needed)."""
-    if importlib.util.find_spec("irflow.cli.quickstart") is None:
-        raise UserError("the demo is not available in this installation (irflow.cli.quickstart is missing)")
-    from irflow.cli.quickstart import run_demo
-
     given = {"filter": _json_option(filter_json, "--filter"), "mode": mode,
              "trace_path": None if trace_path is None else str(trace_path), "k": k, "embedder": embedder}
     # only what the user gave: run_demo keeps its own defaults for the rest
-    run_demo(list(queries), **{key: value for key, value in given.items() if value is not None}, echo=click.echo,
-             cache=True, progress=sys.stderr.isatty())
+    quickstart.run_demo(list(queries), **{key: value for key, value in given.items() if value is not None},
+                        echo=click.echo, cache=True, progress=sys.stderr.isatty())
 
 
 # --------------------------------------------------------------------------
