@@ -26,7 +26,7 @@ from irflow.util.cachekey import UnkeyableError, cache_key, stable_digest
 from irflow.evaluation.datasets import Collection, Document
 from irflow.errors import CorpusError, FilterError, RecipeError, UnknownSurfaceWarning
 from irflow.evaluation.cache import _documents_digest
-from irflow.evaluation.evaluate import _system_plans
+from irflow.evaluation.plans import _system_plans
 from irflow.engine.executor import StageCache
 
 from filter_reference import matches
