@@ -262,7 +262,7 @@ def test_leftovers_of_killed_writers_are_cleaned_up(tmp_path: Path) -> None:
     # what a writer killed mid-write leaves: a marked temporary directory, an empty one, a pointer temp file
     marked = root / ".tmp-gen-000002-0123abcd"
     marked.mkdir()
-    (marked / gens.MARKER_FILE).write_bytes(gens._MARKER_TEXT)
+    (marked / gens.MARKER_FILE).write_bytes(gens.MARKER_TEXT)
     (marked / "records.json").write_text("{}")
     (root / ".tmp-gen-000003-89abcdef").mkdir()
     (root / ".tmp-CURRENT-0123abcd").write_text("gen-000002 ")

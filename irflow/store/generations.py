@@ -56,28 +56,52 @@ so a FIFO cannot hang a reader and a link to ``/dev/zero`` cannot fill memory.
 from __future__ import annotations
 
 import contextlib
-import errno
-import hashlib
 import json
 import logging
 import os
-import re
-import shutil
 import stat
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Union
-
-import attrs
-import numpy as np
+from typing import Any, Iterable, Iterator, Mapping
 
 from irflow.errors import CorpusError
-
-try:  # POSIX advisory locks; on other platforms writers are simply not serialized
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
+from irflow.store.genfiles import (
+    CURRENT_FILE,
+    CURRENT_LIMIT,
+    FILE_NAME_RE,
+    GEN_PREFIX,
+    GEN_RE,
+    LOCK_FILE,
+    MANIFEST_FILE,
+    MANIFEST_LIMIT,
+    MARKER_FILE,
+    MARKER_TEXT,
+    POINTER_RE,
+    TMP_GEN_RE,
+    TMP_PREFIX,
+    Generation,
+    Payload,
+    bytes_checksum,
+    checksum,
+    damaged,
+    fcntl,
+    flock,
+    fsync_dir,
+    is_generation,
+    is_ours,
+    is_pointer_temp,
+    is_temporary,
+    kind_of,
+    link_or_copy,
+    listed_files,
+    lstat_mode,
+    open_directory,
+    parse_manifest,
+    read_small_file,
+    remove_files,
+    write_file,
+)
 
 __all__ = [
     "CURRENT_FILE",
@@ -97,137 +121,14 @@ __all__ = [
     "write_generation",
 ]
 
-CURRENT_FILE = "CURRENT"
-MANIFEST_FILE = "manifest.json"
-LOCK_FILE = ".lock"
-#: Written first into every directory irflow creates in a corpus: the proof that irflow may remove it.
-MARKER_FILE = ".irflow-generation"
-GEN_PREFIX = "gen-"
-TMP_PREFIX = ".tmp-"
 #: Test hook: ``"<point>@<marker path>"`` makes a writer touch the marker and
 #: sleep when it reaches <point> (``after:<file>``, ``before-rename``,
 #: ``before-current``), so a test can SIGKILL it at a known moment.
 PAUSE_ENV = "IRFLOW_TEST_PAUSE_WRITE"
 #: How often a reader starts over when writers keep replacing the generation it is about to open.
 READ_ATTEMPTS = 50
-#: Largest ``CURRENT`` and ``manifest.json`` irflow reads (both are far smaller).
-CURRENT_LIMIT = 256
-MANIFEST_LIMIT = 1 << 20
 
 logger = logging.getLogger(__name__)
-
-# The exact names irflow makes; nothing else in a corpus directory is ever removed.
-_GEN_RE = re.compile(r"^gen-(\d{6,})\Z")
-_TMP_GEN_RE = re.compile(r"^\.tmp-gen-(\d{6,})-[0-9a-f]{8}\Z")
-_TMP_CURRENT_RE = re.compile(r"^\.tmp-CURRENT-[0-9a-f]{8}\Z")
-_POINTER_RE = re.compile(r"^(gen-\d{6,}) ([0-9a-f]{32})\n?\Z")
-#: What a file listed in a manifest may be called: a plain name, no path, no leading dot.
-_FILE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}\Z")
-_DIGEST_RE = re.compile(r"^[0-9a-f]{32}\Z")
-_MARKER_TEXT = b"irflow generation: irflow may remove this directory's listed files\n"
-_CHUNK = 1 << 20
-
-#: What a generation file can be made from: raw bytes or an array for ``np.save``.
-Payload = Union[bytes, np.ndarray]
-
-
-def checksum(path: Path) -> str:
-    """The blake2b (128-bit) hex digest of a file, read in 1 MiB chunks so huge arrays never load whole."""
-    digest = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _bytes_checksum(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
-
-
-@attrs.frozen
-class Generation:
-    """One complete generation of a directory: its name and its parsed manifest.
-
-    ``manifest["files"]`` maps each file name to ``{"bytes": int, "blake2b": str}``.
-    """
-
-    root: Path
-    name: str
-    manifest: Mapping[str, Any] = attrs.field(repr=False)
-
-    @property
-    def dir(self) -> Path:
-        """The generation's directory."""
-        return self.root / self.name
-
-    @property
-    def files(self) -> Mapping[str, Mapping[str, Any]]:
-        """File name -> ``{"bytes", "blake2b"}`` as listed in the manifest."""
-        return self.manifest["files"]
-
-    def path(self, file: str) -> Path:
-        """The path of one listed file (CorpusError when the manifest does not list it)."""
-        if file not in self.files:
-            raise CorpusError(
-                f"{self.dir}: the manifest does not list {file!r}, which this corpus needs; "
-                "the corpus is incomplete — rebuild it with irflow.build(..., path=...)"
-            )
-        return self.dir / file
-
-
-def _damaged(root: Path, what: str) -> CorpusError:
-    return CorpusError(f"corpus at {root}: {what}; the corpus is damaged — rebuild it with irflow.build(..., path={str(root)!r})")
-
-
-def _kind_of(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
-def read_small_file(path: Path, limit: int, *, root: Path | None = None) -> bytes:
-    """The bytes of *path*, refused unless it is a regular file of at most *limit* bytes.
-
-    A FIFO, a device (or a link to one, such as ``/dev/zero``) or a directory
-    raises CorpusError naming the file, without reading from it: opening is
-    non-blocking and the type is checked on the opened file too.  A missing
-    file raises FileNotFoundError (the caller knows what that means).
-    """
-    where = root if root is not None else path.parent
-
-    def refuse(what: str) -> CorpusError:
-        return _damaged(where, f"{path.relative_to(where) if path.is_relative_to(where) else path} {what}")
-
-    mode = os.stat(path).st_mode  # FileNotFoundError propagates
-    if not stat.S_ISREG(mode):
-        raise refuse(f"is {_kind_of(mode)}, not a regular file (irflow never writes one)")
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)  # non-blocking: a FIFO swapped in after the stat cannot hang the open
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise refuse(f"cannot be opened ({exc.strerror or exc})") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):  # replaced between the two looks
-            raise refuse(f"is {_kind_of(mode)}, not a regular file (irflow never writes one)")
-        chunks = []
-        left = limit + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, _CHUNK))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    if len(data) > limit:
-        raise refuse(f"is larger than the {limit} bytes irflow expects of it")
-    return data
 
 
 def _read_pointer(root: Path) -> tuple[str, str]:
@@ -240,10 +141,10 @@ def _read_pointer(root: Path) -> tuple[str, str]:
             f"interrupted); build it with irflow.build(..., path={str(root)!r})"
         ) from None
     except OSError as exc:
-        raise _damaged(root, f"{CURRENT_FILE} cannot be read ({exc})") from None
-    match = _POINTER_RE.match(raw.decode("ascii", "replace"))
+        raise damaged(root, f"{CURRENT_FILE} cannot be read ({exc})") from None
+    match = POINTER_RE.match(raw.decode("ascii", "replace"))
     if match is None:
-        raise _damaged(root, f"{CURRENT_FILE} does not hold '<generation> <manifest checksum>' (content {raw[:60]!r})")
+        raise damaged(root, f"{CURRENT_FILE} does not hold '<generation> <manifest checksum>' (content {raw[:60]!r})")
     return match.group(1), match.group(2)
 
 
@@ -269,25 +170,6 @@ def _check_root(root: Path) -> None:
         raise CorpusError(f"no corpus at {root}: the path {what}; build one with irflow.build(..., path=...)")
 
 
-def _parse_manifest(root: Path, name: str, raw: bytes) -> dict[str, Any]:
-    """The manifest, with its ``files`` table checked: plain names, integer sizes, hex digests."""
-    try:
-        manifest = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise _damaged(root, f"{name}/{MANIFEST_FILE} is not valid JSON ({exc})") from None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
-        raise _damaged(root, f"{name}/{MANIFEST_FILE} has no 'files' table")
-    for file, entry in manifest["files"].items():
-        if not _FILE_NAME_RE.match(file) or file in (MANIFEST_FILE, MARKER_FILE):
-            raise _damaged(root, f"{name}/{MANIFEST_FILE} lists a file named {file[:80]!r}, which irflow never writes")
-        size = entry.get("bytes") if isinstance(entry, dict) else None
-        digest = entry.get("blake2b") if isinstance(entry, dict) else None
-        if type(size) is not int or size < 0 or not isinstance(digest, str) or not _DIGEST_RE.match(digest):
-            raise _damaged(root, f"{name}/{MANIFEST_FILE} has an ill-formed entry for {file!r} "
-                                 f"(expected {{'bytes': <int >= 0>, 'blake2b': <32 hex digits>}})")
-    return manifest
-
-
 def _read_manifest(root: Path, name: str, digest: str) -> Generation:
     """The generation *name*, its manifest checked against *digest*; _Vanished when its manifest is gone."""
     try:
@@ -295,12 +177,12 @@ def _read_manifest(root: Path, name: str, digest: str) -> Generation:
     except FileNotFoundError:
         raise _Vanished(name) from None
     except NotADirectoryError:
-        raise _damaged(root, f"{CURRENT_FILE} names {name}, which is not a directory") from None
+        raise damaged(root, f"{CURRENT_FILE} names {name}, which is not a directory") from None
     except OSError as exc:
-        raise _damaged(root, f"{name}/{MANIFEST_FILE} cannot be read ({exc})") from None
-    if _bytes_checksum(raw) != digest:
-        raise _damaged(root, f"{name}/{MANIFEST_FILE} does not match the checksum recorded in {CURRENT_FILE} (altered or truncated)")
-    return Generation(root=root, name=name, manifest=_parse_manifest(root, name, raw))
+        raise damaged(root, f"{name}/{MANIFEST_FILE} cannot be read ({exc})") from None
+    if bytes_checksum(raw) != digest:
+        raise damaged(root, f"{name}/{MANIFEST_FILE} does not match the checksum recorded in {CURRENT_FILE} (altered or truncated)")
+    return Generation(root=root, name=name, manifest=parse_manifest(root, name, raw))
 
 
 def read_current(root: Path) -> Generation:
@@ -316,31 +198,7 @@ def read_current(root: Path) -> Generation:
     try:
         return _read_manifest(root, name, digest)
     except _Vanished:
-        raise _damaged(root, f"{CURRENT_FILE} names {name}, but {name}/{MANIFEST_FILE} is missing") from None
-
-
-def _open_directory(path: Path) -> int | None:
-    """A read-only descriptor of the directory *path* (None when it does not exist)."""
-    try:
-        return os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        return None
-
-
-def _flock(fd: int, operation: int) -> bool:
-    """Apply a flock; False when this platform or file system has none (callers then rely on retries)."""
-    if fcntl is None:  # pragma: no cover - Windows
-        return False
-    try:
-        fcntl.flock(fd, operation)
-    except BlockingIOError:
-        raise
-    except OSError as exc:  # e.g. a file system without flock
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            raise BlockingIOError(exc.errno, exc.strerror) from None
-        logger.debug("flock unavailable (%s); relying on retries", exc)
-        return False
-    return True
+        raise damaged(root, f"{CURRENT_FILE} names {name}, but {name}/{MANIFEST_FILE} is missing") from None
 
 
 @contextlib.contextmanager
@@ -358,19 +216,19 @@ def reading(root: Path) -> Iterator[Generation]:
         if attempt:
             time.sleep(min(0.001 * attempt, 0.02))  # let a writer in mid-commit finish
         name, digest = _read_pointer(root)
-        fd = _open_directory(root / name)
+        fd = open_directory(root / name)
         if fd is None:
             if _read_pointer(root)[0] != name:
                 continue
-            raise _damaged(root, f"{CURRENT_FILE} names {name}, but that generation directory is missing")
+            raise damaged(root, f"{CURRENT_FILE} names {name}, but that generation directory is missing")
         try:
-            _flock(fd, fcntl.LOCK_SH if fcntl is not None else 0)
+            flock(fd, fcntl.LOCK_SH if fcntl is not None else 0)
             try:
                 generation = _read_manifest(root, name, digest)
             except _Vanished:
                 if _read_pointer(root)[0] != name:
                     continue  # removed by a writer before we held it: read the newer one
-                raise _damaged(root, f"{CURRENT_FILE} names {name}, but {name}/{MANIFEST_FILE} is missing") from None
+                raise damaged(root, f"{CURRENT_FILE} names {name}, but {name}/{MANIFEST_FILE} is missing") from None
             yield generation
             return
         finally:
@@ -402,18 +260,18 @@ def verify_files(generation: Generation, names: Iterable[str] | None = None, *, 
         try:
             info = path.stat()
         except FileNotFoundError:
-            raise _damaged(generation.root, f"{generation.name}/{file} is missing") from None
+            raise damaged(generation.root, f"{generation.name}/{file} is missing") from None
         except OSError as exc:
-            raise _damaged(generation.root, f"{generation.name}/{file} cannot be read ({exc})") from None
+            raise damaged(generation.root, f"{generation.name}/{file} cannot be read ({exc})") from None
         if not stat.S_ISREG(info.st_mode):
-            raise _damaged(generation.root, f"{generation.name}/{file} is {_kind_of(info.st_mode)}, not a regular file")
+            raise damaged(generation.root, f"{generation.name}/{file} is {kind_of(info.st_mode)}, not a regular file")
         if info.st_size != entry["bytes"]:
-            raise _damaged(
+            raise damaged(
                 generation.root,
                 f"{generation.name}/{file} has {info.st_size} bytes, the manifest says {entry['bytes']} (truncated or overwritten)",
             )
         if checksums and checksum(path) != entry["blake2b"]:
-            raise _damaged(generation.root, f"{generation.name}/{file} does not match its checksum in the manifest (altered bytes)")
+            raise damaged(generation.root, f"{generation.name}/{file} does not match its checksum in the manifest (altered bytes)")
 
 
 @contextlib.contextmanager
@@ -443,63 +301,6 @@ def locked(root: Path) -> Iterator[None]:
 # -- what irflow wrote ---------------------------------------------------------------------------------
 
 
-def _is_marked(path: Path) -> bool:
-    try:
-        info = os.lstat(path / MARKER_FILE)
-    except OSError:
-        return False
-    return stat.S_ISREG(info.st_mode) and info.st_size == len(_MARKER_TEXT)
-
-
-def _listed_files(path: Path) -> list[str] | None:
-    """The files a generation directory's manifest lists (None when it has no readable, well-formed manifest)."""
-    try:
-        manifest = _parse_manifest(path.parent, path.name, read_small_file(path / MANIFEST_FILE, MANIFEST_LIMIT))
-    except (CorpusError, OSError):
-        return None
-    return list(manifest["files"])
-
-
-def _is_generation(path: Path) -> bool:
-    """An exact ``gen-NNNNNN`` directory (not a link) with irflow's marker, or a manifest (generations of older irflow)."""
-    if not _GEN_RE.match(path.name) or not stat.S_ISDIR(_lstat_mode(path)):
-        return False
-    return _is_marked(path) or _listed_files(path) is not None
-
-
-def _is_temporary(path: Path) -> bool:
-    """A killed writer's directory: exact ``.tmp-gen-NNNNNN-xxxxxxxx``, marked or still empty."""
-    if not _TMP_GEN_RE.match(path.name) or not stat.S_ISDIR(_lstat_mode(path)):
-        return False
-    return _is_marked(path) or not any(path.iterdir())
-
-
-def _is_pointer_temp(path: Path) -> bool:
-    """A killed writer's ``.tmp-CURRENT-xxxxxxxx``: a small regular file."""
-    return bool(_TMP_CURRENT_RE.match(path.name)) and _is_pointer_file(path)
-
-
-def _is_pointer_file(path: Path) -> bool:
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISREG(info.st_mode) and info.st_size <= CURRENT_LIMIT
-
-
-def _lstat_mode(path: Path) -> int:
-    try:
-        return os.lstat(path).st_mode
-    except OSError:
-        return 0
-
-
-def _is_ours(path: Path) -> bool:
-    if path.name == LOCK_FILE:
-        return stat.S_ISREG(_lstat_mode(path))
-    return _is_generation(path) or _is_temporary(path) or _is_pointer_temp(path)
-
-
 def check_writable_root(root: Path) -> None:
     """Refuse to write a corpus into an existing directory that holds anything irflow did not write.
 
@@ -514,8 +315,8 @@ def check_writable_root(root: Path) -> None:
     if has_current(root):
         return
     entries = list(root.iterdir())
-    foreign = sorted(p.name for p in entries if not _is_ours(p))
-    if foreign == [CURRENT_FILE] and len(entries) > 1 and not stat.S_ISDIR(_lstat_mode(root / CURRENT_FILE)):
+    foreign = sorted(p.name for p in entries if not is_ours(p))
+    if foreign == [CURRENT_FILE] and len(entries) > 1 and not stat.S_ISDIR(lstat_mode(root / CURRENT_FILE)):
         # everything else is irflow's: a damaged corpus (CURRENT garbled, or replaced by a link or a FIFO,
         # which os.replace swaps out without writing through); a rebuild is what repairs it
         return
@@ -531,20 +332,6 @@ def check_writable_root(root: Path) -> None:
 # -- writing -------------------------------------------------------------------------------------------
 
 
-def _fsync_dir(path: Path) -> None:
-    # Directory fsync makes a rename/creation durable; not every OS/filesystem supports it.
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
 def _pause_point(point: str) -> None:
     """The kill-mid-write test hook (see PAUSE_ENV); a no-op unless the variable names this point."""
     spec = os.environ.get(PAUSE_ENV)
@@ -557,63 +344,27 @@ def _pause_point(point: str) -> None:
     time.sleep(600)  # wait here to be killed
 
 
-def _write_file(path: Path, payload: Payload) -> None:
-    with open(path, "xb") as fh:  # "x": never write through a name that already exists
-        if isinstance(payload, np.ndarray):
-            np.save(fh, payload, allow_pickle=False)
-        elif isinstance(payload, (bytes, bytearray, memoryview)):
-            fh.write(payload)
-        else:
-            raise TypeError(f"a generation file is bytes or a numpy array, got {type(payload).__name__} for {path.name}")
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    # A hard link shares the bytes of an unchanged file at no cost; copy where links are not allowed.
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
-        with open(target, "rb+") as fh:
-            os.fsync(fh.fileno())
-
-
 def _next_number(root: Path) -> int:
-    numbers = [int(m.group(1)) for p in root.iterdir() if (m := _GEN_RE.match(p.name) or _TMP_GEN_RE.match(p.name))]
+    numbers = [int(m.group(1)) for p in root.iterdir() if (m := GEN_RE.match(p.name) or TMP_GEN_RE.match(p.name))]
     return max(numbers, default=0) + 1
-
-
-def _remove_files(directory: Path, names: Iterable[str] | None) -> None:
-    """Unlink *names* (None: every regular file) in *directory*, then the directory if that emptied it."""
-    if names is None:
-        names = [p.name for p in directory.iterdir() if stat.S_ISREG(_lstat_mode(p))]
-    for name in names:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(directory / name)
-    try:
-        os.rmdir(directory)
-    except OSError:
-        logger.warning("left %s in place: it holds files irflow did not write (%s)", directory,
-                       ", ".join(sorted(p.name for p in directory.iterdir())[:5]))
 
 
 def _remove_generation(path: Path) -> None:
     """Remove an old generation's own files, unless a reader holds it (then a later writer does)."""
-    fd = _open_directory(path)
+    fd = open_directory(path)
     if fd is None:
         return
     try:
         try:
-            _flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB if fcntl is not None else 0)
+            flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB if fcntl is not None else 0)
         except BlockingIOError:
             logger.debug("kept %s: a reader is opening it", path)
             return
-        listed = _listed_files(path)
+        listed = listed_files(path)
         if listed is None:
             logger.warning("left %s in place: it has no readable manifest saying which files irflow wrote", path)
             return
-        _remove_files(path, [*listed, MANIFEST_FILE, MARKER_FILE])
+        remove_files(path, [*listed, MANIFEST_FILE, MARKER_FILE])
     finally:
         os.close(fd)
 
@@ -624,11 +375,11 @@ def _remove_stale(root: Path, keep: str) -> None:
         if entry.name == keep:
             continue
         try:
-            if _is_generation(entry):
+            if is_generation(entry):
                 _remove_generation(entry)
-            elif _is_temporary(entry):
-                _remove_files(entry, None)
-            elif _is_pointer_temp(entry):
+            elif is_temporary(entry):
+                remove_files(entry, None)
+            elif is_pointer_temp(entry):
                 entry.unlink()
         except OSError as exc:  # best effort: a leftover costs disk space, never correctness
             logger.warning("could not remove %s (%s)", entry, exc)
@@ -655,33 +406,33 @@ def write_generation(
     name = f"{GEN_PREFIX}{number:06d}"
     tmp = root / f"{TMP_PREFIX}{name}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
-    _write_file(tmp / MARKER_FILE, _MARKER_TEXT)  # first: the proof that irflow may clean this directory up
+    write_file(tmp / MARKER_FILE, MARKER_TEXT)  # first: the proof that irflow may clean this directory up
     table: dict[str, dict[str, Any]] = {}
     for file in reuse:
         if reuse_from is None:
             raise ValueError("reuse needs reuse_from")
-        _link_or_copy(reuse_from.path(file), tmp / file)
+        link_or_copy(reuse_from.path(file), tmp / file)
         table[file] = dict(reuse_from.files[file])
     for file, payload in files.items():
-        if not _FILE_NAME_RE.match(file) or file in (MANIFEST_FILE, MARKER_FILE, CURRENT_FILE):
+        if not FILE_NAME_RE.match(file) or file in (MANIFEST_FILE, MARKER_FILE, CURRENT_FILE):
             raise ValueError(f"invalid generation file name {file!r}")
-        _write_file(tmp / file, payload)
+        write_file(tmp / file, payload)
         # Hash what is on disk (not what we meant to write), after fsync.
         table[file] = {"bytes": (tmp / file).stat().st_size, "blake2b": checksum(tmp / file)}
         _pause_point(f"after:{file}")
     full = dict(manifest)
     full["files"] = dict(sorted(table.items()))
     raw = json.dumps(full, indent=1, sort_keys=True, ensure_ascii=False).encode("utf-8")
-    _write_file(tmp / MANIFEST_FILE, raw)
-    _fsync_dir(tmp)
+    write_file(tmp / MANIFEST_FILE, raw)
+    fsync_dir(tmp)
     _pause_point("before-rename")
     os.rename(tmp, root / name)
-    _fsync_dir(root)
+    fsync_dir(root)
     _pause_point("before-current")
     pointer_tmp = root / f"{TMP_PREFIX}{CURRENT_FILE}-{uuid.uuid4().hex[:8]}"
-    _write_file(pointer_tmp, f"{name} {_bytes_checksum(raw)}\n".encode("ascii"))
+    write_file(pointer_tmp, f"{name} {bytes_checksum(raw)}\n".encode("ascii"))
     os.replace(pointer_tmp, root / CURRENT_FILE)  # the commit point
-    _fsync_dir(root)
+    fsync_dir(root)
     logger.debug("corpus %s now at %s (%d files)", root, name, len(table))
     _remove_stale(root, keep=name)
     return Generation(root=root, name=name, manifest=full)
