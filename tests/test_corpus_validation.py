@@ -22,7 +22,8 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-from irflow.store.corpus import build, check_unit_rows, open_corpus
+from irflow.store.corpus import build, open_corpus
+from irflow.store.vectors import check_unit_rows
 from irflow.errors import CorpusError
 from irflow.store.ledger import records_for_artifact
 from irflow.kernels.postings import Postings
@@ -139,11 +140,11 @@ def test_invalid_vectors_are_refused_on_first_use(root: Path, value: float, says
 
 
 def test_valid_vectors_are_checked_once_and_stay_mapped(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import irflow.store.corpus as corpus_module
+    import irflow.store.vectors as vectors_module
 
     calls = []
-    real = corpus_module.check_unit_rows
-    monkeypatch.setattr(corpus_module, "check_unit_rows", lambda *a: calls.append(1) or real(*a))
+    real = vectors_module.check_unit_rows
+    monkeypatch.setattr(vectors_module, "check_unit_rows", lambda *a: calls.append(1) or real(*a))
     corpus = open_corpus(root)
     assert calls == []  # not on open
     for _ in range(3):

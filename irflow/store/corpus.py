@@ -15,38 +15,33 @@ so lexical search and record lookups never load a model.
 
 from __future__ import annotations
 
-import collections
-import difflib
 import os
 import threading
-import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from irflow.errors import CorpusError, EmbedderError
 from irflow.kernels import bm25 as _bm25
 from irflow.kernels import dense as _dense
-from irflow.util.cachekey import UnkeyableError, cache_key
 from irflow.kernels.columns import MetadataColumns
-from irflow.kernels.embedders import Embedder, check_dimension, normalize_rows, resolve_embedder
-from irflow.errors import CorpusError, EmbedderError, FilterError, UnknownFieldWarning, UnknownSurfaceWarning
-from irflow.kernels.filters import CompiledFilter, compile_filter
+from irflow.kernels.embedders import Embedder, check_dimension, resolve_embedder
+from irflow.kernels.filters import CompiledFilter
+from irflow.kernels.postings import Postings
+from irflow.kernels.text import Analyzer, get_analyzer
+from irflow.kernels.topk import TopK
 from irflow.store.generations import check_writable_root
+from irflow.store.masks import CandidateMasks
 from irflow.store.paths import HOME_ENV, is_corpus_name, resolve_corpus_path
 from irflow.store.persist import VECTORS_FILE, EmbedderInfo, load_corpus, save_corpus
 from irflow.store.protocol import Siblings
-from irflow.kernels.postings import Postings
-from irflow.util.progress import bar, phase
-from irflow.store.records import Record, SearchHit
 from irflow.store.record_store import CorpusStore, prepare_records
-from irflow.kernels.text import Analyzer, get_analyzer
-from irflow.kernels.topk import TopK
+from irflow.store.records import Record, SearchHit
+from irflow.store.vectors import VectorCheck, document_vectors
+from irflow.util.progress import bar, phase
 
 __all__ = ["Corpus", "build", "open_corpus"]
-
-#: Distinct (filter, surfaces) masks kept per corpus; each costs n_rows bytes.
-MASK_CACHE_SIZE = 64
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:
@@ -55,84 +50,16 @@ def _readonly(array: np.ndarray) -> np.ndarray:
     return view
 
 
-def _surface_kinds(surfaces: Iterable[str] | str | None) -> tuple[Any, ...] | None:
-    if surfaces is None:
-        return None
-    if isinstance(surfaces, str):  # a bare kind name, not its characters
-        return (surfaces,)
-    return tuple(surfaces)
 
 
-#: Largest deviation of a stored row's squared norm from 1 (float32 sums over thousands of dims stay ~1e-4 off).
-UNIT_NORM_TOLERANCE = 1e-3
 
 
-class _VectorCheck:
-    """The once-per-corpus check of a matrix read from disk: finite, unit (or zero) rows.
-
-    Done on first use, not on open: it reads the whole matrix (about 0.1 s per
-    GB here), which opening a memory-mapped corpus otherwise never does.  A
-    failure is raised on every use; a success is remembered.
-    """
-
-    def __init__(self, file: str, record_ids: np.ndarray) -> None:
-        self.file = file
-        self.record_ids = record_ids
-        self.done = False
-        self.lock = threading.Lock()
-
-    def __call__(self, vectors: np.ndarray) -> None:
-        if self.done:
-            return
-        with self.lock:
-            if not self.done:
-                check_unit_rows(vectors, self.file, self.record_ids)
-                self.done = True
 
 
-def check_unit_rows(vectors: np.ndarray, file: str, record_ids: np.ndarray | None = None) -> None:
-    """Raise CorpusError naming *file* and the first bad row unless every row is finite and of unit (or zero) norm.
-
-    One pass in blocks of ~16 MiB (no copy of the matrix): a NaN or inf makes
-    a squared norm non-finite, a tampered value moves it away from 1.
-    """
-    step = max(1, (1 << 24) // max(1, vectors.shape[1] * vectors.itemsize))
-    for start in range(0, vectors.shape[0], step):
-        block = vectors[start:start + step]
-        squared = np.einsum("ij,ij->i", block, block)
-        good = (np.abs(squared - 1) <= UNIT_NORM_TOLERANCE) | (squared == 0)
-        if not good.all():
-            row = start + int(np.argmin(good))
-            value = float(squared[row - start])
-            what = "NaN or inf" if not np.isfinite(value) else f"squared norm {value:.6g}, not 1"
-            record = f" (record {record_ids[row]!r})" if record_ids is not None else ""
-            raise CorpusError(f"{file}: row {row}{record} holds an invalid vector ({what}); dense scores would be "
-                              "wrong — the corpus is damaged, rebuild it with irflow.build(..., path=...)")
 
 
-def _closest_hint(word: str, options: Iterable[str]) -> str:
-    match = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
-    return f" (did you mean {match[0]!r}?)" if match else ""
 
 
-def _field_paths(metadata: Iterable[Mapping[str, Any]], depth: int = 3) -> list[str]:
-    """Every dotted field path of these metadata mappings (nested mappings, also inside lists), sorted."""
-    found: set[str] = set()
-
-    def walk(value: Any, prefix: str, level: int) -> None:
-        if isinstance(value, Mapping):
-            for key, inner in value.items():
-                path = f"{prefix}{key}"
-                found.add(path)
-                if level < depth:
-                    walk(inner, f"{path}.", level + 1)
-        elif isinstance(value, (list, tuple)) and level > 0:
-            for item in value:
-                walk(item, prefix, level)
-
-    for record in metadata:
-        walk(record, "", 0)
-    return sorted(found)
 
 
 class Corpus:
@@ -158,7 +85,7 @@ class Corpus:
         embedder_info: EmbedderInfo | None = None,
         name: str | None = None,
         path: Path | None = None,
-        vectors_check: "_VectorCheck | None" = None,
+        vectors_check: VectorCheck | None = None,
     ) -> None:
         self.store = store
         self.postings = postings
@@ -173,10 +100,7 @@ class Corpus:
         self._embedder_source = embedder
         self._embedder: Embedder | None = embedder if isinstance(embedder, Embedder) else None
         self._embedder_resolved = embedder is None or isinstance(embedder, Embedder)
-        self._columns: MetadataColumns | None = None
-        self._masks: collections.OrderedDict[Any, np.ndarray] = collections.OrderedDict()
-        self._masks_version = store.version
-        self._warned: set[tuple[str, str]] = set()  # (name, "field" | "surface") already warned about
+        self._masks = CandidateMasks(store, self._label())
         self._lock = threading.Lock()
 
     # -- row-aligned columns ------------------------------------------------------------
@@ -240,11 +164,7 @@ class Corpus:
     @property
     def columns(self) -> MetadataColumns:
         """Columnar metadata for filters, built on first use (a lexical-only lookup never pays for it)."""
-        if self._columns is None:
-            with self._lock:
-                if self._columns is None:
-                    self._columns = MetadataColumns(self.store.metadata)
-        return self._columns
+        return self._masks.columns
 
     @property
     def embedder_spec(self) -> str | None:
@@ -343,11 +263,12 @@ class Corpus:
 
     # -- candidates ------------------------------------------------------------------------
 
-    def candidate_mask(
-        self,
-        filter: "Mapping[str, Any] | CompiledFilter | None" = None,
-        surfaces: Iterable[str] | str | None = None,
-    ) -> np.ndarray:
+
+
+
+
+    def candidate_mask(self, filter: "Mapping[str, Any] | CompiledFilter | None" = None,
+                       surfaces: Iterable[str] | str | None = None) -> np.ndarray:
         """Rows passing *filter* whose kind is in *surfaces* (None: any), live rows only; read-only bool (n_rows,).
 
         ``surfaces`` naming no kind the corpus holds raises FilterError (the
@@ -356,89 +277,9 @@ class Corpus:
         A filter path no live record has warns too
         (:class:`~irflow.errors.UnknownFieldWarning`, naming the closest
         field), once per (corpus, path).  Masks are cached per canonical
-        (filter, surfaces); a delete invalidates the cache.
+        (filter, surfaces); a delete invalidates the cache (see :mod:`irflow.store.masks`).
         """
-        kinds = _surface_kinds(surfaces)
-        compiled = compile_filter(filter)  # validated on every call; compiled once per canonical form
-        # canonical JSON tells true from 1 from 1.0; the kinds by a type-exact key, order and repeats ignored
-        try:
-            key: Any = (compiled.canonical, None if kinds is None else frozenset(cache_key(k) for k in kinds))
-        except UnkeyableError:
-            key = None
-        with self._lock:
-            version = self.store.version  # read before the live rows: a mask is never older than its label
-            if self._masks_version != version:
-                self._masks.clear()
-                self._masks_version = version
-            cached = None if key is None else self._masks.get(key)
-            if cached is not None:
-                self._masks.move_to_end(key)
-                return cached
-        # a misspelled name must not silently return nothing (checked once per mask built)
-        if kinds is not None:
-            self._check_surfaces(tuple(dict.fromkeys(kinds)))
-        if compiled.fields:
-            self._check_fields(compiled.fields)
-        mask = self.store.live.copy()
-        if not compiled.matches_all:
-            mask &= np.asarray(compiled.mask(self.columns), dtype=bool)
-        if kinds is not None:
-            codes = [code for code, kind in enumerate(self.kinds) if kind in kinds]
-            mask &= np.isin(self.store.kind_codes, np.array(codes, dtype=np.int32))
-        mask = _readonly(mask)
-        with self._lock:
-            if key is None or self._masks_version != version:  # a delete came in meanwhile: do not keep it
-                return mask
-            self._masks[key] = mask
-            while len(self._masks) > MASK_CACHE_SIZE:
-                self._masks.popitem(last=False)
-        return mask
-
-    def _check_surfaces(self, wanted: tuple[str, ...]) -> None:
-        """FilterError when ``surfaces`` selects no kind this corpus holds; a warning for a stray kind.
-
-        A restriction to kinds the corpus lacks can only return nothing: almost
-        always a typo (``"nam"``), so it is refused, naming the kinds held and
-        the closest.  A kind missing next to kinds that are held may be meant
-        (one list of kinds for several corpora), so it only warns, once per
-        (corpus, kind).
-        """
-        held = self.kinds
-        unknown = [kind for kind in wanted if kind not in held]
-        if wanted and not unknown:
-            return
-        hints = "".join(_closest_hint(kind, held) for kind in unknown)
-        if len(unknown) == len(wanted):
-            what = (f"{self._label()} holds no surface kind {', '.join(repr(k) for k in wanted)}{hints}" if wanted
-                    else "an empty list selects no surface kind")
-            raise FilterError(f"surfaces: {what}; its kinds are {', '.join(held) or '(none)'} — pass some of "
-                              "them, or surfaces=None for every kind")
-        for kind in unknown:
-            if self._first_warning("surface", kind):
-                warnings.warn(UnknownSurfaceWarning(
-                    f"surfaces: {self._label()} holds no surface kind {kind!r}{_closest_hint(kind, held)}; it "
-                    f"matches nothing (its kinds are {', '.join(held)})"), stacklevel=4)
-
-    def _check_fields(self, paths: Iterable[str]) -> None:
-        """Warn, once per (corpus, path), about a filter path no live record has (a misspelled field)."""
-        live = self.store.live
-        for path in paths:
-            if (path, "field") in self._warned or (self.columns.column(path).present & live).any():
-                continue
-            if self._first_warning("field", path):
-                known = _field_paths(self.store.metadata[i] for i in np.flatnonzero(live))
-                listing = ", ".join(known[:20]) + (f", ... ({len(known)} fields)" if len(known) > 20 else "")
-                warnings.warn(UnknownFieldWarning(
-                    f"filter: no record of {self._label()} has the field {path!r}{_closest_hint(path, known)}, "
-                    f"so conditions on it see a missing field (equality matches nothing); its fields are "
-                    f"{listing or '(none)'}"), stacklevel=4)
-
-    def _first_warning(self, what: str, name: str) -> bool:
-        with self._lock:
-            if (name, what) in self._warned:
-                return False
-            self._warned.add((name, what))
-            return True
+        return self._masks.mask(filter, surfaces)
 
     def _effective_mask(self, mask: np.ndarray | None) -> np.ndarray | None:
         """*mask* restricted to live rows (None stays None while nothing is deleted: the kernels' fast path)."""
@@ -556,70 +397,10 @@ class Corpus:
 # -- building ---------------------------------------------------------------------------------
 
 
-def _precomputed_vectors(records: Sequence[Record], embedder: Embedder | None) -> tuple[np.ndarray, EmbedderInfo]:
-    dims = {int(r.vector.shape[0]) for r in records}  # type: ignore[union-attr]
-    if len(dims) != 1:
-        raise CorpusError(
-            f"records carry vectors of different dimensions {sorted(dims)}; every precomputed vector must have one dimension"
-        )
-    matrix = np.stack([r.vector for r in records]).astype(np.float32, copy=False)  # type: ignore[misc]
-    bad = np.flatnonzero(~np.isfinite(matrix).all(axis=1))
-    if bad.size:
-        raise CorpusError(f"record {records[int(bad[0])].id!r} carries a vector with NaN or inf; fix or drop it")
-    dim = matrix.shape[1]
-    if embedder is not None and embedder.dim is not None:
-        check_dimension(embedder.describe(), int(embedder.dim), dim)
-    info = EmbedderInfo(
-        spec=None if embedder is None else embedder.spec,
-        dim=dim,
-        description="precomputed" if embedder is None else embedder.describe(),
-        source="precomputed",
-    )
-    return normalize_rows(matrix), info
 
 
-def _embedded_vectors(
-    texts: Sequence[str], embedder: Embedder, *, batch_size: int, progress: bool
-) -> tuple[np.ndarray, EmbedderInfo]:
-    # each distinct text is embedded once (surfaces repeat: names, boilerplate), then scattered back
-    first: dict[str, int] = {}
-    inverse = np.fromiter((first.setdefault(text, len(first)) for text in texts), dtype=np.int64, count=len(texts))
-    distinct = list(first)
-    matrix: np.ndarray | None = None
-    # counted in records, so the bar shows records/s and an ETA
-    with bar(progress, "embedding", total=len(distinct), unit="record", unit_scale=True) as shown:
-        for start in range(0, len(distinct), batch_size):
-            batch = np.asarray(embedder.embed_documents(distinct[start:start + batch_size]), dtype=np.float32)
-            if matrix is None:
-                matrix = np.empty((len(distinct), batch.shape[1]), dtype=np.float32)
-            elif batch.shape[1] != matrix.shape[1]:
-                check_dimension(embedder.describe(), int(batch.shape[1]), int(matrix.shape[1]))
-            matrix[start:start + batch.shape[0]] = batch
-            shown.update(batch.shape[0])
-    if matrix is None:  # pragma: no cover - build() refuses an empty record list
-        raise CorpusError("no texts to embed")
-    if len(distinct) < len(texts):
-        matrix = matrix[inverse]
-    info = EmbedderInfo(spec=embedder.spec, dim=int(matrix.shape[1]), description=embedder.describe(), source="embedded")
-    return matrix, info
 
 
-def _document_vectors(
-    records: Sequence[Record], texts: Sequence[str], embedder: Embedder | None, *, batch_size: int, progress: bool
-) -> tuple[np.ndarray | None, EmbedderInfo | None]:
-    """The row-aligned document vectors and their manifest entry: precomputed, embedded, or none."""
-    carrying = sum(r.vector is not None for r in records)
-    if carrying == len(records):
-        return _precomputed_vectors(records, embedder)
-    if carrying:
-        first = next(r for r in records if r.vector is None)
-        raise CorpusError(
-            f"{carrying} of {len(records)} records carry precomputed vectors but record {first.id!r} does not; "
-            "give every record a vector, or none (the embedder then embeds them all)"
-        )
-    if embedder is None:
-        return None, None
-    return _embedded_vectors(texts, embedder, batch_size=batch_size, progress=progress)
 
 
 def _tokenize(analyzer: Analyzer, texts: Sequence[str], progress: bool, chunk: int = 1024) -> list[list[str]]:
@@ -674,7 +455,7 @@ def build(
     with phase(progress, "postings"):
         postings = Postings.build(tokens)
     del tokens
-    vectors, info = _document_vectors(prepared, store.texts, the_embedder, batch_size=batch_size, progress=progress)
+    vectors, info = document_vectors(prepared, store.texts, the_embedder, batch_size=batch_size, progress=progress)
     if root is not None:
         with phase(progress, "writing"):
             save_corpus(root, store=store, postings=postings, vectors=vectors, analyzer=the_analyzer.to_dict(),
@@ -705,7 +486,7 @@ def open_corpus(path_or_name: str | os.PathLike[str], *, embedder: Any = None, v
     source = embedder if embedder is not None else (None if info is None else info.spec)
     check = None
     if stored.vectors is not None:
-        check = _VectorCheck(str(stored.generation.dir / VECTORS_FILE), stored.store.record_ids)
+        check = VectorCheck(str(stored.generation.dir / VECTORS_FILE), stored.store.record_ids)
     return Corpus(
         store=stored.store,
         postings=stored.postings,
