@@ -155,7 +155,7 @@ def test_cache_key_follows_the_models_identity(monkeypatch):
     collection = Collection(name="c", path=None, documents={"d": Document("d", "t", "x")}, queries={}, qrels={})
     analyzer = get_analyzer(None)
     hash_key = corpus_key(collection, embedder=resolve_embedder("hash"), analyzer=analyzer, title_mode="prepend")
-    monkeypatch.setattr("irflow.kernels.embedders.HASH_EMBEDDER_VERSION", 2)
+    monkeypatch.setattr("irflow.kernels.hash_embedder.HASH_EMBEDDER_VERSION", 2)
     assert corpus_key(collection, embedder=resolve_embedder("hash"), analyzer=analyzer, title_mode="prepend") != hash_key
     pinned = OnnxEmbedder("all-MiniLM-L6-v2").identity()
     assert pinned["weights_sha256"] == onnx_embedder._PINNED_WEIGHTS[2] and pinned["max_length"] == 256
