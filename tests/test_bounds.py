@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 
 import irflow.engine.trace
 from irflow.store.corpus import build
-from irflow.evaluation.datasets import DatasetError, load_beir, write_trec_run
+from irflow.evaluation.datasets import DatasetError, load_beir
+from irflow.evaluation.trec import write_trec_run
 from irflow.errors import FilterError, InputError, OutputError, RecipeError
 from irflow.kernels.filters import compile_filter
 from irflow.util.fileio import (MAX_NESTING, atomic_writer, check_nesting, loads_json, open_regular, read_lines, read_text,

@@ -18,10 +18,8 @@ from irflow.evaluation.datasets import (
     file_digest,
     load_beir,
     read_beir_qrels,
-    read_trec_qrels,
-    read_trec_run,
-    write_trec_run,
 )
+from irflow.evaluation.trec import read_trec_qrels, read_trec_run, write_trec_run
 from irflow.store.records import Record
 
 

@@ -12,7 +12,8 @@ from click.testing import CliRunner
 
 import irflow.evaluation.cache
 from irflow.cli import main
-from irflow.evaluation.datasets import load_beir, read_trec_run
+from irflow.evaluation.datasets import load_beir
+from irflow.evaluation.trec import read_trec_run
 from irflow.evaluation.evaluate import Evaluation, evaluate, evaluate_runs, holdout_split, ranking_depth
 from irflow.evaluation.metrics import EvaluationError, parse_metrics
 from irflow.evaluation.significance import compare_many

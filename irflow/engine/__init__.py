@@ -12,9 +12,9 @@ and nothing of the seed API, the evaluation harness or the command line):
   registry of named callables;
 - ``stage``, ``kinds``: the Stage base class and the registry of stage kinds;
 - ``formats``, ``model``, ``parse``: recipe files, the recipe as data, parsing;
-- ``instantiate``, ``graph``, ``validate``, ``pipeline``, ``params``: building
-  stage objects, the DAG, validation as a list of checks, the validated
-  pipeline, a run's parameters;
+- ``instantiate``, ``graph``, ``facts``, ``validate``, ``pipeline``, ``params``:
+  building stage objects, the DAG, what validation learns, validation as a
+  list of checks, the validated pipeline, a run's parameters;
 - ``events``, ``values``, ``explain``, ``diff``, ``tracefile``, ``trace``,
   ``result``: what a run records and returns, and how it is explained,
   diffed, dumped and loaded;

@@ -21,7 +21,8 @@ from irflow.engine.graph import QUERY_NODE
 from irflow.engine.instantiate import instantiate, stage_values
 from irflow.engine.model import FrozenMap, RecipeSpec, StageSpec
 from irflow.engine.stage import Stage, stage_params
-from irflow.engine.validate import analyze, stage_label, upstreams
+from irflow.engine.facts import stage_label, upstreams
+from irflow.engine.validate import analyze
 from irflow.engine.validators import did_you_mean
 from irflow.errors import RecipeError
 from irflow.util.cachekey import UnkeyableError, cache_key

@@ -31,7 +31,7 @@ from typing import Any, Iterable, Iterator, Literal, Mapping
 import attrs
 
 from irflow.errors import DatasetError
-from irflow.util.fileio import decode_utf8, loads_json, open_regular, read_lines, shown, write_atomic
+from irflow.util.fileio import decode_utf8, loads_json, open_regular, read_lines, shown
 from irflow.store.records import Record
 
 __all__ = [
@@ -42,9 +42,6 @@ __all__ = [
     "TITLE_MODES",
     "load_beir",
     "read_beir_qrels",
-    "read_trec_qrels",
-    "read_trec_run",
-    "write_trec_run",
     "file_digest",
     "check_title_mode",
     "document_records",
@@ -59,7 +56,7 @@ TITLE_MODES: tuple[str, ...] = ("prepend", "separate", "ignore")
 _CHUNK = 1 << 20  # bytes read at a time when hashing a file
 
 
-def _where(path: Path, line: int | None = None) -> str:
+def where(path: Path, line: int | None = None) -> str:
     return f"{path}" if line is None else f"{path} line {line}"
 
 
@@ -224,7 +221,7 @@ def _combine(stamps: Iterable[FileStamp]) -> str:
 
 # ---------------------------------------------------------------- file reading
 
-class _HashingLines:
+class HashingLines:
     """Lines of a file (1-based numbers, decoded) while hashing every byte read.
 
     Parsing and digesting in one pass: the digest is of exactly the bytes
@@ -246,7 +243,7 @@ class _HashingLines:
             for number, raw in read_lines(handle, str(self.path), "collection file", error=DatasetError):
                 self.hash.update(raw)
                 # utf-8-sig on the first line: a byte-order mark is not part of the data
-                yield number, decode_utf8(raw, _where(self.path, number), "file", error=DatasetError,
+                yield number, decode_utf8(raw, where(self.path, number), "file", error=DatasetError,
                                           bom=number == 1)
 
     def stamp(self) -> FileStamp:
@@ -277,11 +274,11 @@ def file_digest(path: str | os.PathLike[str]) -> str:
 
 def _json_object(path: Path, number: int, line: str, what: str) -> dict[str, Any]:
     try:
-        value = loads_json(line, _where(path, number), error=DatasetError)  # bounded nesting and digits
+        value = loads_json(line, where(path, number), error=DatasetError)  # bounded nesting and digits
     except json.JSONDecodeError as exc:
-        raise DatasetError(f"{_where(path, number)}: not valid JSON ({exc.msg} at column {exc.colno}); each line must be one {what} object") from None
+        raise DatasetError(f"{where(path, number)}: not valid JSON ({exc.msg} at column {exc.colno}); each line must be one {what} object") from None
     if not isinstance(value, dict):
-        raise DatasetError(f"{_where(path, number)}: expected a JSON object ({what}), got {type(value).__name__}")
+        raise DatasetError(f"{where(path, number)}: expected a JSON object ({what}), got {type(value).__name__}")
     return value
 
 
@@ -305,60 +302,60 @@ def _str_field(where: str, obj: Mapping[str, Any], key: str, required: bool) -> 
 
 
 def _read_corpus(path: Path) -> tuple[dict[str, Document], FileStamp]:
-    lines = _HashingLines(path)
+    lines = HashingLines(path)
     documents: dict[str, Document] = {}
     first_line: dict[str, int] = {}
     for number, line in lines:
         if not line.strip():
             continue
         obj = _json_object(path, number, line, "document {_id, title, text}")
-        doc_id = _id_field(_where(path, number), obj)
+        doc_id = _id_field(where(path, number), obj)
         if doc_id in documents:
-            raise DatasetError(f"{_where(path, number)}: duplicate document id {doc_id!r} (first on line {first_line[doc_id]})")
-        documents[doc_id] = parse_document(obj, _where(path, number))
+            raise DatasetError(f"{where(path, number)}: duplicate document id {doc_id!r} (first on line {first_line[doc_id]})")
+        documents[doc_id] = parse_document(obj, where(path, number))
         first_line[doc_id] = number
     return documents, lines.stamp()
 
 
 def _read_queries(path: Path) -> tuple[dict[str, str], FileStamp]:
-    lines = _HashingLines(path)
+    lines = HashingLines(path)
     queries: dict[str, str] = {}
     first_line: dict[str, int] = {}
     for number, line in lines:
         if not line.strip():
             continue
         obj = _json_object(path, number, line, "query {_id, text}")
-        qid = _id_field(_where(path, number), obj)
+        qid = _id_field(where(path, number), obj)
         if qid in queries:
-            raise DatasetError(f"{_where(path, number)}: duplicate query id {qid!r} (first on line {first_line[qid]})")
-        queries[qid] = _str_field(_where(path, number), obj, "text", required=True)
+            raise DatasetError(f"{where(path, number)}: duplicate query id {qid!r} (first on line {first_line[qid]})")
+        queries[qid] = _str_field(where(path, number), obj, "text", required=True)
         first_line[qid] = number
     return queries, lines.stamp()
 
 
-def _grade(path: Path, number: int, text: str) -> int:
+def parse_grade(path: Path, number: int, text: str) -> int:
     """An integer grade; ``"1.0"`` is accepted (some converters write floats), ``"0.5"`` is not."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value != int(value):
-        raise DatasetError(f"{_where(path, number)}: relevance grade {shown(text)} is not an integer")
+        raise DatasetError(f"{where(path, number)}: relevance grade {shown(text)} is not an integer")
     return int(value)
 
 
-def _add_judgement(
+def add_judgement(
     qrels: dict[str, dict[str, int]], lines_of: dict[tuple[str, str], int], path: Path, number: int, qid: str, doc_id: str, grade: int
 ) -> None:
     # trec_eval refuses duplicate judgements too: two grades for one pair are ambiguous
     if (qid, doc_id) in lines_of:
-        raise DatasetError(f"{_where(path, number)}: duplicate judgement for query {qid!r}, document {doc_id!r} (first on line {lines_of[qid, doc_id]})")
+        raise DatasetError(f"{where(path, number)}: duplicate judgement for query {qid!r}, document {doc_id!r} (first on line {lines_of[qid, doc_id]})")
     lines_of[qid, doc_id] = number
     qrels.setdefault(qid, {})[doc_id] = grade
 
 
 def _read_beir_qrels(path: Path) -> tuple[dict[str, dict[str, int]], dict[tuple[str, str], int], FileStamp]:
-    lines = _HashingLines(path)
+    lines = HashingLines(path)
     qrels: dict[str, dict[str, int]] = {}
     lines_of: dict[tuple[str, str], int] = {}
     for number, line in lines:
@@ -368,11 +365,11 @@ def _read_beir_qrels(path: Path) -> tuple[dict[str, dict[str, int]], dict[tuple[
         if len(fields) != 3:
             fields = line.split()  # tolerate spaces instead of tabs
         if len(fields) != 3:
-            raise DatasetError(f"{_where(path, number)}: expected 3 tab-separated fields 'query-id corpus-id score', got {len(fields)}")
+            raise DatasetError(f"{where(path, number)}: expected 3 tab-separated fields 'query-id corpus-id score', got {len(fields)}")
         qid, doc_id, score = (f.strip() for f in fields)
         if number == 1 and not _is_number(score):
             continue  # the header line (BEIR writes one; a file without it is read all the same)
-        _add_judgement(qrels, lines_of, path, number, qid, doc_id, _grade(path, number, score))
+        add_judgement(qrels, lines_of, path, number, qid, doc_id, parse_grade(path, number, score))
     return qrels, lines_of, lines.stamp()
 
 
@@ -415,7 +412,7 @@ def load_beir(path: str | os.PathLike[str], split: str = "test", *, name: str | 
     qrels, lines_of, qrels_stamp = _read_beir_qrels(qrels_path)
     for (qid, _doc), number in lines_of.items():
         if qid not in queries:
-            raise DatasetError(f"{_where(qrels_path, number)}: query {qid!r} is judged but not in {root / 'queries.jsonl'}")
+            raise DatasetError(f"{where(qrels_path, number)}: query {qid!r} is judged but not in {root / 'queries.jsonl'}")
     unknown = sum(1 for (_q, doc_id) in lines_of if doc_id not in documents)
     if unknown:
         log.warning("%s: %d judgements name documents absent from corpus.jsonl; they are kept (they count as relevant but cannot be retrieved)", qrels_path, unknown)
@@ -431,83 +428,3 @@ def load_beir(path: str | os.PathLike[str], split: str = "test", *, name: str | 
 
 
 # ---------------------------------------------------------------- TREC formats
-
-def read_trec_qrels(path: str | os.PathLike[str]) -> dict[str, dict[str, int]]:
-    """Qrels from a TREC file (``qid iteration docid grade`` per line).
-
-    >>> read_trec_qrels("qrels.txt")  # doctest: +SKIP
-    {'301': {'FBIS3-10082': 1, ...}, ...}
-    """
-    path = Path(path)
-    qrels: dict[str, dict[str, int]] = {}
-    lines_of: dict[tuple[str, str], int] = {}
-    for number, line in _HashingLines(path):
-        fields = line.split()
-        if not fields:
-            continue
-        if len(fields) != 4:
-            raise DatasetError(f"{_where(path, number)}: expected 4 whitespace-separated fields 'qid iteration docid grade', got {len(fields)}")
-        qid, _iteration, doc_id, grade = fields
-        _add_judgement(qrels, lines_of, path, number, qid, doc_id, _grade(path, number, grade))
-    return qrels
-
-
-def read_trec_run(path: str | os.PathLike[str]) -> dict[str, dict[str, float]]:
-    """A run from a TREC run file (``qid Q0 docid rank score tag`` per line).
-
-    Like trec_eval, the scores decide the ranking and the rank column is not
-    used; documents keep the file's order, so a written run reads back equal.
-    """
-    path = Path(path)
-    run: dict[str, dict[str, float]] = {}
-    lines_of: dict[tuple[str, str], int] = {}
-    for number, line in _HashingLines(path):
-        fields = line.split()
-        if not fields:
-            continue
-        if len(fields) != 6:
-            raise DatasetError(f"{_where(path, number)}: expected 6 whitespace-separated fields 'qid Q0 docid rank score tag', got {len(fields)}")
-        qid, _q0, doc_id, _rank, score_text, _tag = fields
-        try:
-            score = float(score_text)
-        except ValueError:
-            score = math.nan
-        if math.isnan(score):
-            raise DatasetError(f"{_where(path, number)}: score {shown(score_text)} is not a number")
-        if (qid, doc_id) in lines_of:
-            raise DatasetError(f"{_where(path, number)}: document {doc_id!r} appears twice for query {qid!r} (first on line {lines_of[qid, doc_id]})")
-        lines_of[qid, doc_id] = number
-        run.setdefault(qid, {})[doc_id] = score
-    return run
-
-
-def _token(value: str, what: str) -> str:
-    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
-        raise DatasetError(f"{what} {value!r} cannot be written to a TREC run: it must be a non-empty string without whitespace")
-    return value
-
-
-def write_trec_run(path: str | os.PathLike[str], run: Mapping[str, Mapping[str, float]], tag: str = "irflow") -> None:
-    """Write a run as a TREC run file: per query, score descending, ranks 1..n.
-
-    Equal scores keep the order given (a stable sort), so the file shows the
-    ranking the caller produced; evaluators re-rank by score anyway.  Scores
-    are written with ``repr`` so they read back exactly.
-
-    >>> write_trec_run("run.txt", {"q1": {"d1": 2.0, "d2": 1.0}}, tag="bm25")  # doctest: +SKIP
-    """
-    _token(tag, "tag")
-    lines: list[str] = []
-    for qid, scores in run.items():
-        _token(qid, "query id")
-        ranked = sorted(scores.items(), key=lambda item: -float(item[1]))
-        for rank, (doc_id, score) in enumerate(ranked, start=1):
-            if math.isnan(float(score)):
-                raise DatasetError(f"query {qid!r}, document {doc_id!r}: a NaN score cannot be ranked")
-            lines.append(f"{qid} Q0 {_token(doc_id, 'document id')} {rank} {float(score)!r} {tag}\n")
-    _write_text(Path(path), "".join(lines))
-
-
-def _write_text(path: Path, text: str) -> None:
-    # a temporary file renamed into place: a reader never sees half a run file, a failed write leaves the old one
-    write_atomic(path, text, "run file")

@@ -287,7 +287,7 @@ def evaluate_runs(
     split: str = "test",
     baseline: str | None = None,
 ) -> Evaluation:
-    """Measure existing runs (e.g. read with :func:`irflow.evaluation.datasets.read_trec_run`) against qrels.
+    """Measure existing runs (e.g. read with :func:`irflow.evaluation.trec.read_trec_run`) against qrels.
 
     Every judged query is evaluated; one a run lacks scores 0.  Gives the
     same :class:`Evaluation` (tables, comparisons) as :func:`evaluate`.

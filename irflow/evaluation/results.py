@@ -20,7 +20,7 @@ import attrs
 
 from irflow.engine.executor import StageCache
 from irflow.evaluation.cache import CorpusSource
-from irflow.evaluation.datasets import write_trec_run
+from irflow.evaluation.trec import write_trec_run
 from irflow.evaluation.metrics import EvaluationError, parse_metrics
 from irflow.evaluation.significance import CORRECTIONS, DEFAULT_PERMUTATIONS, Comparison, compare_many
 from irflow.util.table import render_table
