@@ -195,9 +195,23 @@ def fuse_hits(
     _check_k(k)
     weight_of = _check_weights(weights)
     identity_of = _identity_function(identity)
+    ranked = _ranked_lists(hits_by_source, identity_of)
+    if len(ranked) == 1:
+        # Single source: its own order and raw scores, nothing to rescale.
+        fused = [_annotated(hit, hit.score, rank, [hit.source]) for rank, (_, hit) in enumerate(ranked[0].entries, start=1)]
+        return fused if k is None else fused[:k]
+    groups = _fused_groups(ranked, weight_of, rrf_k)
+    # sorted() is stable, so equal fused scores keep first-seen order.
+    ordered = sorted(groups, key=lambda group: -group.score)
+    if k is not None:
+        ordered = ordered[:k]
+    return [_annotated(group.hit, group.score, group.rank, group.sources) for group in ordered]
+
+
+def _ranked_lists(hits_by_source: Any, identity_of: Any) -> list[_Ranked]:
+    """Each non-empty source list, checked, ordered and deduplicated (rules 1 to 3 of :func:`fuse_hits`)."""
     if not isinstance(hits_by_source, Mapping):
         raise FusionError(f"hits_by_source must be a mapping {{source: ranked hits}}, got {type(hits_by_source).__name__}")
-
     ranked: list[_Ranked] = []
     for key, hits in hits_by_source.items():
         if key is not None and not isinstance(key, str):
@@ -207,12 +221,11 @@ def fuse_hits(
         listed = _rank_list(key, hits, identity_of)
         if listed.entries:  # an empty list contributes nothing and must not block pass-through
             ranked.append(listed)
+    return ranked
 
-    if len(ranked) == 1:
-        # Single source: its own order and raw scores, nothing to rescale.
-        fused = [_annotated(hit, hit.score, rank, [hit.source]) for rank, (_, hit) in enumerate(ranked[0].entries, start=1)]
-        return fused if k is None else fused[:k]
 
+def _fused_groups(ranked: list[_Ranked], weight_of: Mapping[str | None, float], rrf_k: float) -> list[_Fused]:
+    """One group per identity, in first-seen order, scored by weighted RRF (rule 4 of :func:`fuse_hits`)."""
     groups: dict[Hashable, _Fused] = {}  # insertion order = first-seen order
     for listed in ranked:
         weight = float(weight_of.get(listed.key, 1.0))
@@ -225,9 +238,4 @@ def fuse_hits(
             group.score += weight / (rrf_k + rank)
             if hit.source not in group.sources:
                 group.sources.append(hit.source)
-
-    # sorted() is stable, so equal fused scores keep first-seen order.
-    ordered = sorted(groups.values(), key=lambda group: -group.score)
-    if k is not None:
-        ordered = ordered[:k]
-    return [_annotated(group.hit, group.score, group.rank, group.sources) for group in ordered]
+    return list(groups.values())

@@ -151,6 +151,49 @@ def _document(obj: Mapping[str, Any], title_mode: str) -> tuple[list[Record] | N
         return None, "value", str(error)
 
 
+class _Lines:
+    """Parses the lines of one records file: its format (decided by the first line), BEIR documents seen."""
+
+    def __init__(self, title_mode: str) -> None:
+        self.title_mode = title_mode
+        self.fmt: str | None = None
+        self.first_line = 0
+        self.doc_line: dict[str, int] = {}
+
+    def parse(self, number: int, line: str) -> list[Record] | BadLine:
+        """The records of one non-blank line, or what is wrong with it."""
+        try:
+            obj = loads_json(line, f"line {number}")  # bounded nesting and digits
+        except json.JSONDecodeError as error:
+            return BadLine(number, "json", f"not JSON ({error.msg} at column {error.colno})")
+        except InputError as error:
+            return BadLine(number, "json", str(error).removeprefix(f"line {number}: "))
+        if not isinstance(obj, dict):
+            return BadLine(number, "shape", f"{_type(obj)}, not an object; each line must be one JSON "
+                                            "object (a record or a BEIR document)")
+        this = "beir" if "_id" in obj else "records"
+        if self.fmt is None:
+            self.fmt, self.first_line = this, number
+        elif this != self.fmt:
+            mine = "a BEIR document (it has '_id')" if this == "beir" else "an irflow record (it has no '_id')"
+            theirs = "BEIR documents" if self.fmt == "beir" else "irflow records"
+            return BadLine(number, "format", f"{mine} in a file of {theirs} (line {self.first_line} decided); "
+                                             "use one format per file")
+        if self.fmt == "beir":
+            made, kind, reason = _document(obj, self.title_mode)
+            if made is not None:
+                doc_id = made[0].artifact_id
+                if doc_id in self.doc_line:
+                    made, kind, reason = None, "duplicate", (f"duplicate document id {doc_id!r} "
+                                                             f"(first on line {self.doc_line[doc_id]})")
+                else:
+                    self.doc_line[doc_id] = number
+        else:
+            record, kind, reason = _record(obj)
+            made = None if record is None else [record]
+        return BadLine(number, kind, reason) if made is None else made
+
+
 def read_record_file(path: str | Path, *, title_mode: str = "prepend", progress: bool = False) -> RecordFile:
     """Read ``path`` line by line: its records and every bad line (see the module docstring).
 
@@ -162,9 +205,7 @@ def read_record_file(path: str | Path, *, title_mode: str = "prepend", progress:
     records: list[Record] = []
     line_of: list[int] = []  # the line of each record (a BEIR document's records share one)
     bad: list[BadLine] = []
-    fmt: str | None = None
-    first_line = 0
-    doc_line: dict[str, int] = {}
+    parser = _Lines(title_mode)
     lines = 0
     with open_regular(path, "records file") as handle, bar(progress, f"reading {path.name}", total=size, unit="B",
                                                             unit_scale=True) as shown:
@@ -181,41 +222,9 @@ def read_record_file(path: str | Path, *, title_mode: str = "prepend", progress:
             if not line.strip():
                 continue
             lines += 1
-            try:
-                obj = loads_json(line, f"line {number}")  # bounded nesting and digits
-            except json.JSONDecodeError as error:
-                bad.append(BadLine(number, "json", f"not JSON ({error.msg} at column {error.colno})"))
-                continue
-            except InputError as error:
-                bad.append(BadLine(number, "json", str(error).removeprefix(f"line {number}: ")))
-                continue
-            if not isinstance(obj, dict):
-                bad.append(BadLine(number, "shape", f"{_type(obj)}, not an object; each line must be one JSON "
-                                                    "object (a record or a BEIR document)"))
-                continue
-            this = "beir" if "_id" in obj else "records"
-            if fmt is None:
-                fmt, first_line = this, number
-            elif this != fmt:
-                mine = "a BEIR document (it has '_id')" if this == "beir" else "an irflow record (it has no '_id')"
-                theirs = "BEIR documents" if fmt == "beir" else "irflow records"
-                bad.append(BadLine(number, "format", f"{mine} in a file of {theirs} (line {first_line} decided); "
-                                                     "use one format per file"))
-                continue
-            if fmt == "beir":
-                made, kind, reason = _document(obj, title_mode)
-                if made is not None:
-                    doc_id = made[0].artifact_id
-                    if doc_id in doc_line:
-                        made, kind, reason = None, "duplicate", (f"duplicate document id {doc_id!r} "
-                                                                 f"(first on line {doc_line[doc_id]})")
-                    else:
-                        doc_line[doc_id] = number
-            else:
-                record, kind, reason = _record(obj)
-                made = None if record is None else [record]
-            if made is None:
-                bad.append(BadLine(number, kind, reason))
+            made = parser.parse(number, line)
+            if isinstance(made, BadLine):
+                bad.append(made)
                 continue
             records.extend(made)
             line_of.extend([number] * len(made))
@@ -225,7 +234,7 @@ def read_record_file(path: str | Path, *, title_mode: str = "prepend", progress:
         bad.append(BadLine(line_of[position], "duplicate", f"{what} (first on line {line_of[first]}); each "
                                                            "surface of an artifact needs its own surface_index / id"))
     bad.sort(key=lambda b: b.number)
-    return RecordFile(path, fmt or "records", prepared, tuple(bad), lines)
+    return RecordFile(path, parser.fmt or "records", prepared, tuple(bad), lines)
 
 
 def _numbers(numbers: Iterable[int], limit: int = 1000) -> str:

@@ -146,6 +146,25 @@ def _grouped(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return group, within
 
 
+def _sibling_lists(corpus: LedgerView, rows: np.ndarray, artifacts: np.ndarray, code: np.ndarray,
+                   stacklevel: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each artifact's rows in plan order as CSR ``(lengths, starts, flat)``: its siblings through the ledger,
+    or its own hits alone when the ledger has no entry for it (warned, as stale entries are)."""
+    siblings = corpus.sibling_rows(artifacts.tolist())
+    _warn(corpus, siblings.stale, artifacts[~siblings.listed].tolist(), stacklevel)
+    parts = []
+    for a in range(artifacts.size):
+        if siblings.listed[a]:
+            parts.append(siblings.rows_of(a))
+        else:  # no ledger entry: its hits stand alone, in plan order
+            own = np.unique(rows[code == a])
+            parts.append(own[np.argsort(corpus.surface_indices_of(own), kind="stable")])
+    lengths = np.fromiter((p.size for p in parts), dtype=np.int64, count=len(parts))
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    flat = np.concatenate(parts) if parts else np.empty(0, np.int64)
+    return lengths, starts, flat
+
+
 def expand_rows(corpus: LedgerView, query_index: Any, rows: Any, *, window: int | None = None,
                 surface_kind: str | Iterable[str] | None = None, stacklevel: int = 2) -> Expansion:
     """Expand ranked hits given as rows: the vectorized core of ``irflow.api.expand.expand`` and the expand stage.
@@ -173,18 +192,7 @@ def expand_rows(corpus: LedgerView, query_index: Any, rows: Any, *, window: int 
     # one sibling list per distinct artifact of the batch, laid out as CSR
     artifacts, code = np.unique(corpus.artifact_ids_of(rows), return_inverse=True)
     code = code.reshape(-1).astype(np.int64)
-    siblings = corpus.sibling_rows(artifacts.tolist())
-    _warn(corpus, siblings.stale, artifacts[~siblings.listed].tolist(), stacklevel)
-    parts = []
-    for a in range(artifacts.size):
-        if siblings.listed[a]:
-            parts.append(siblings.rows_of(a))
-        else:  # no ledger entry: its hits stand alone, in plan order
-            own = np.unique(rows[code == a])
-            parts.append(own[np.argsort(corpus.surface_indices_of(own), kind="stable")])
-    lengths = np.fromiter((p.size for p in parts), dtype=np.int64, count=len(parts))
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-    flat = np.concatenate(parts) if parts else empty
+    lengths, starts, flat = _sibling_lists(corpus, rows, artifacts, code, stacklevel + 1)
 
     # every (hit, sibling of its artifact) pair, then the window and kind filters
     hit, within = _grouped(lengths[code])
