@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
 from irflow.store.corpus import Corpus, build
 from irflow.store.records import Record
 from irflow.store.record_store import CorpusStore

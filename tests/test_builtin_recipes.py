@@ -15,7 +15,6 @@ from importlib.resources import files
 
 import pytest
 
-import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
 import irflow.engine.registry as registry
 from irflow.engine.recipe import Recipe, builtin_recipes, load_recipe
 from irflow.recipes.builders import BUILDERS

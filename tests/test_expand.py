@@ -13,7 +13,6 @@ import warnings
 import numpy as np
 import pytest
 
-import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
 import irflow.engine.registry as registry
 from irflow.engine.batches import Candidates, QueryBatch, Scale
 from irflow.errors import RecipeError

@@ -8,7 +8,6 @@ import warnings
 
 import pytest
 
-import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
 import irflow.api.retrieve as retrieve
 from irflow.store.corpus import build
 from irflow.store.paths import HOME_ENV
@@ -18,11 +17,6 @@ from irflow.api.retrieve import as_retriever, search
 from search_reference import records
 
 Q = "graph network tool"
-
-
-@pytest.fixture(scope="module")
-def corpus():
-    return build(records(), embedder="hash", name="toys")
 
 
 # -- the recipe ------------------------------------------------------------------------------

@@ -13,18 +13,11 @@ import random
 
 import pytest
 
-import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
-from irflow.store.corpus import build
 from irflow.engine.recipe import load_recipe
 from irflow.api.retrieve import dependency_evidence_boost, search
-from search_reference import records, reference_search
+from search_reference import reference_search
 
 QUERIES = ["fast python parser", "graph network tool", "sql database schema", "http client json", "archive"]
-
-
-@pytest.fixture(scope="module")
-def corpus():
-    return build(records(), embedder="hash", name="toys")
 
 
 def shared_words(query, segments):

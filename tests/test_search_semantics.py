@@ -12,7 +12,6 @@ import math
 import numpy as np
 import pytest
 
-import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
 from irflow.engine.batches import Candidates
 from irflow.store.corpus import build
 from irflow.errors import FilterError
@@ -30,11 +29,6 @@ from search_reference import (
 )
 
 Q = "fast python parser"
-
-
-@pytest.fixture(scope="module")
-def corpus():
-    return build(records(), embedder="hash", name="toys")
 
 
 def ids(hits):

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
 import irflow.engine.registry as registry
 from engine_fakes import cands
 from irflow.engine.batches import Candidates, QueryBatch, Scale
-from irflow.store.corpus import build
 from irflow.errors import RecipeError
 from irflow.engine.ports import CANDIDATES, QUERIES, QUERY
 from irflow.engine.recipe import OverFetch, RecipeBuilder, ref
@@ -20,12 +18,6 @@ from irflow.stages.dense import Dense
 from irflow.stages.formulate import Formulate, FormulateError
 from irflow.stages.rerank import Rerank
 from irflow.stages.weight import Weight, WeightError
-from search_reference import records
-
-
-@pytest.fixture(scope="module")
-def corpus():
-    return build(records(), embedder="hash", name="toys")
 
 
 def ctx(corpus, name, queries):

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
-import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
 from irflow.engine.recipe import load_recipe
 
 corpus_module = pytest.importorskip("irflow.store.corpus", reason="the corpus module is not available yet")

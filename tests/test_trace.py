@@ -36,12 +36,6 @@ def corpus():
 
 
 @pytest.fixture(scope="module")
-def hybrid():
-    # these tests read RRF's columns and parameters: the fusion before issue 14 made the blend the default
-    return load_recipe("hybrid").with_params(fusion="rrf", bm25_sat_k=8.0)
-
-
-@pytest.fixture(scope="module")
 def result(corpus, hybrid):
     return hybrid.run(corpus, ["python parser", "http client"], k=3, trace=True)
 

@@ -139,6 +139,7 @@ def register_stage(cls: type[Stage] | None = None, *, kind: str | None = None,
     ``kind`` overrides the class's ``kind``; registering a second class under
     a taken kind raises ``ValueError`` unless ``replace=True``.
 
+    >>> from irflow.engine.ports import CANDIDATES
     >>> @register_stage
     ... @attrs.frozen
     ... class Noop(Stage):
