@@ -228,6 +228,14 @@ def test_the_layer_map_refuses_what_the_architecture_forbids() -> None:
     assert allowed("irflow.evaluation.evaluate", "irflow.shard.corpus")
 
 
+def test_architecture_md_maps_every_package_and_readme_links_it() -> None:
+    text = (REPO / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    packages = sorted(p.name for p in (REPO / "irflow").iterdir() if (p / "__init__.py").exists())
+    assert packages and all(f"| `{name}/` |" in text for name in packages), packages
+    assert all(f'"irflow.{name}"' in LAYERS or f"irflow.{name}" in LAYERS for name in packages)
+    assert "(ARCHITECTURE.md)" in (REPO / "README.md").read_text(encoding="utf-8")
+
+
 if __name__ == "__main__":  # python tests/test_layering.py [CHECKOUT]
     checkout = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO
     report = violations(checkout)
