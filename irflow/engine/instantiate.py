@@ -14,7 +14,8 @@ from typing import Any
 
 import attrs
 
-from irflow.engine.model import DERIVED_RULES, DerivedSpec, RecipeSpec, StageSpec, literal, param_ref, resolve_value, thaw
+from irflow.engine.model import DERIVED_RULES, DerivedSpec, RecipeSpec, StageSpec, literal, param_ref, resolve_value, \
+    thaw
 from irflow.engine.stage import stage_params
 from irflow.errors import RecipeError
 
@@ -65,7 +66,6 @@ def field_problem(field: "attrs.Attribute", value: Any) -> str | None:
     return None
 
 
-
 def _phrase(error: Exception) -> str:
     text = str(error).rstrip(".")
     return text if text.startswith(("must", "is ", "should")) else f"invalid ({text})"
@@ -76,7 +76,7 @@ def _doc(doc: str) -> str:
 
 
 def stage_values(spec: StageSpec, params: Mapping[str, Any], valid_refs: set[str],
-                  fields: Iterable[str]) -> tuple[dict[str, Any], dict[str, str]]:
+                 fields: Iterable[str]) -> tuple[dict[str, Any], dict[str, str]]:
     """Literal and resolved ``"$param"`` values of a stage's known parameters (None dropped)."""
     values: dict[str, Any] = {}
     via: dict[str, str] = {}
@@ -93,7 +93,6 @@ def stage_values(spec: StageSpec, params: Mapping[str, Any], valid_refs: set[str
                 values[key] = thaw(value)
                 via[key] = name
     return values, via
-
 
 
 def evaluate_derived(recipe: RecipeSpec, spec: DerivedSpec, values: Mapping[str, Any], given: Any) -> Any:

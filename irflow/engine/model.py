@@ -290,8 +290,6 @@ def _choices(value: Any) -> FrozenMap:
     return freeze({k: tuple(v) for k, v in dict(value or {}).items()})
 
 
-
-
 @attrs.frozen
 class RecipeSpec:
     """A recipe as data: equal to another when their structure is equal (not their source).

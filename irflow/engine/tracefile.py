@@ -54,8 +54,8 @@ from irflow.errors import TraceError, TraceFileNotFound
 from irflow.util.fileio import MAX_NESTING, check_nesting, decode_utf8, open_regular, read_lines, shown, \
     too_many_digits
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "MAX_TRACE_BYTES", "MAX_STRING_ITEMSIZE", "MAX_COLUMN_BYTES",
-           "render", "candidate_dicts", "query_positions", "json_line", "read_trace_file", "parse_trace_records", "ParsedTrace"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "MAX_TRACE_BYTES", "MAX_STRING_ITEMSIZE", "MAX_COLUMN_BYTES", "render",
+           "candidate_dicts", "query_positions", "json_line", "read_trace_file", "parse_trace_records", "ParsedTrace"]
 
 #: Row -> (record ids, artifact ids, surface kinds) of those rows: how rendering names candidates.
 Identify = Callable[[np.ndarray], tuple[list[Any], list[Any], list[Any]]]
@@ -118,7 +118,6 @@ def _column_dtype(dtype: Any, name: str) -> np.dtype:
         raise TraceError(f"column {name!r} has dtype {dtype!r}: strings of {match.group(1)} characters, over the "
                          f"limit of {MAX_STRING_ITEMSIZE}")
     return np.dtype(dtype)
-
 
 
 # --------------------------------------------------------------------------
@@ -205,7 +204,6 @@ def _restore(parts: Sequence[Mapping[str, Any]], originals: tuple[str, ...]) -> 
                   for name, dtype in columns.items()}
     return Candidates(queries, query_index[order], [c["row"] for c in cands],
                       _decode_column([c["score"] for c in cands], "<f8"), first["scale"], provenance)
-
 
 
 def read_trace_file(path: str | os.PathLike[str], *, max_bytes: int = MAX_TRACE_BYTES
@@ -334,7 +332,6 @@ def json_line(record: Mapping[str, Any]) -> bytes:
         # (surrogates only occur inside JSON strings: every other character json.dumps writes is ASCII)
         text = _SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
     return (text + "\n").encode("utf-8")
-
 
 
 # --------------------------------------------------------------------------

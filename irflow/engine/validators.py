@@ -161,7 +161,6 @@ def number_mapping(instance: Any, attribute: Any, value: Any) -> None:
             raise ValueError(f"values must be finite numbers >= 0; {key!r} is {number!r}")
 
 
-
 def check_surface_weights(weights: Any) -> None:
     """Raise :class:`~irflow.errors.WeightError` unless ``weights`` is None or ``{kind: finite number >= 0}``.
 

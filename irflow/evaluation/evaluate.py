@@ -77,6 +77,7 @@ DEFAULT_METRICS: tuple[str, ...] = ("ndcg@10", "recall@100", "mrr@10", "map", "p
 #: Documents ranked per query unless told otherwise (trec_eval's customary 1000).
 DEFAULT_DEPTH = 1000
 
+
 def ranking_depth(metrics: Iterable[Metric], depth: int | None = None) -> int:
     """How deep every ranking is: ``depth`` if given, else :data:`DEFAULT_DEPTH`.
 
@@ -95,7 +96,6 @@ def ranking_depth(metrics: Iterable[Metric], depth: int | None = None) -> int:
         raise EvaluationError(f"metric(s) {', '.join(deeper)} need a ranking deeper than the depth {depth}; "
                               f"raise it (depth= / --depth N) or lower the cutoff")
     return depth
-
 
 
 class _RunBuilder:

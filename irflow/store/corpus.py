@@ -50,18 +50,6 @@ def _readonly(array: np.ndarray) -> np.ndarray:
     return view
 
 
-
-
-
-
-
-
-
-
-
-
-
-
 class Corpus:
     """Records and their indexes, row-aligned; what every retrieval stage reads, through the corpus protocol.
 
@@ -263,10 +251,6 @@ class Corpus:
 
     # -- candidates ------------------------------------------------------------------------
 
-
-
-
-
     def candidate_mask(self, filter: "Mapping[str, Any] | CompiledFilter | None" = None,
                        surfaces: Iterable[str] | str | None = None) -> np.ndarray:
         """Rows passing *filter* whose kind is in *surfaces* (None: any), live rows only; read-only bool (n_rows,).
@@ -395,12 +379,6 @@ class Corpus:
 
 
 # -- building ---------------------------------------------------------------------------------
-
-
-
-
-
-
 
 
 def _tokenize(analyzer: Analyzer, texts: Sequence[str], progress: bool, chunk: int = 1024) -> list[list[str]]:

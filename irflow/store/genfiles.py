@@ -67,8 +67,10 @@ def checksum(path: Path) -> str:
             digest.update(chunk)
     return digest.hexdigest()
 
+
 def bytes_checksum(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
+
 
 @attrs.frozen
 class Generation:
@@ -100,8 +102,10 @@ class Generation:
             )
         return self.dir / file
 
+
 def damaged(root: Path, what: str) -> CorpusError:
     return CorpusError(f"corpus at {root}: {what}; the corpus is damaged — rebuild it with irflow.build(..., path={str(root)!r})")
+
 
 def kind_of(mode: int) -> str:
     for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
@@ -109,6 +113,7 @@ def kind_of(mode: int) -> str:
         if test(mode):
             return name
     return "not a regular file"
+
 
 def read_small_file(path: Path, limit: int, *, root: Path | None = None) -> bytes:
     """The bytes of *path*, refused unless it is a regular file of at most *limit* bytes.
@@ -152,6 +157,7 @@ def read_small_file(path: Path, limit: int, *, root: Path | None = None) -> byte
         raise refuse(f"is larger than the {limit} bytes irflow expects of it")
     return data
 
+
 def parse_manifest(root: Path, name: str, raw: bytes) -> dict[str, Any]:
     """The manifest, with its ``files`` table checked: plain names, integer sizes, hex digests."""
     try:
@@ -170,12 +176,14 @@ def parse_manifest(root: Path, name: str, raw: bytes) -> dict[str, Any]:
                                  f"(expected {{'bytes': <int >= 0>, 'blake2b': <32 hex digits>}})")
     return manifest
 
+
 def open_directory(path: Path) -> int | None:
     """A read-only descriptor of the directory *path* (None when it does not exist)."""
     try:
         return os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         return None
+
 
 def flock(fd: int, operation: int) -> bool:
     """Apply a flock; False when this platform or file system has none (callers then rely on retries)."""
@@ -192,12 +200,14 @@ def flock(fd: int, operation: int) -> bool:
         return False
     return True
 
+
 def is_marked(path: Path) -> bool:
     try:
         info = os.lstat(path / MARKER_FILE)
     except OSError:
         return False
     return stat.S_ISREG(info.st_mode) and info.st_size == len(MARKER_TEXT)
+
 
 def listed_files(path: Path) -> list[str] | None:
     """The files a generation directory's manifest lists (None when it has no readable, well-formed manifest)."""
@@ -207,11 +217,13 @@ def listed_files(path: Path) -> list[str] | None:
         return None
     return list(manifest["files"])
 
+
 def is_generation(path: Path) -> bool:
     """An exact ``gen-NNNNNN`` directory (not a link) with irflow's marker, or a manifest (generations of older irflow)."""
     if not GEN_RE.match(path.name) or not stat.S_ISDIR(lstat_mode(path)):
         return False
     return is_marked(path) or listed_files(path) is not None
+
 
 def is_temporary(path: Path) -> bool:
     """A killed writer's directory: exact ``.tmp-gen-NNNNNN-xxxxxxxx``, marked or still empty."""
@@ -219,9 +231,11 @@ def is_temporary(path: Path) -> bool:
         return False
     return is_marked(path) or not any(path.iterdir())
 
+
 def is_pointer_temp(path: Path) -> bool:
     """A killed writer's ``.tmp-CURRENT-xxxxxxxx``: a small regular file."""
     return bool(_TMP_CURRENT_RE.match(path.name)) and is_pointer_file(path)
+
 
 def is_pointer_file(path: Path) -> bool:
     try:
@@ -230,16 +244,19 @@ def is_pointer_file(path: Path) -> bool:
         return False
     return stat.S_ISREG(info.st_mode) and info.st_size <= CURRENT_LIMIT
 
+
 def lstat_mode(path: Path) -> int:
     try:
         return os.lstat(path).st_mode
     except OSError:
         return 0
 
+
 def is_ours(path: Path) -> bool:
     if path.name == LOCK_FILE:
         return stat.S_ISREG(lstat_mode(path))
     return is_generation(path) or is_temporary(path) or is_pointer_temp(path)
+
 
 def fsync_dir(path: Path) -> None:
     # Directory fsync makes a rename/creation durable; not every OS/filesystem supports it.
@@ -254,6 +271,7 @@ def fsync_dir(path: Path) -> None:
     finally:
         os.close(fd)
 
+
 def write_file(path: Path, payload: Payload) -> None:
     with open(path, "xb") as fh:  # "x": never write through a name that already exists
         if isinstance(payload, np.ndarray):
@@ -265,6 +283,7 @@ def write_file(path: Path, payload: Payload) -> None:
         fh.flush()
         os.fsync(fh.fileno())
 
+
 def link_or_copy(source: Path, target: Path) -> None:
     # A hard link shares the bytes of an unchanged file at no cost; copy where links are not allowed.
     try:
@@ -273,6 +292,7 @@ def link_or_copy(source: Path, target: Path) -> None:
         shutil.copyfile(source, target)
         with open(target, "rb+") as fh:
             os.fsync(fh.fileno())
+
 
 def remove_files(directory: Path, names: Iterable[str] | None) -> None:
     """Unlink *names* (None: every regular file) in *directory*, then the directory if that emptied it."""
