@@ -57,8 +57,8 @@ import _harness as H  # noqa: E402
 
 H.ensure_irflow()
 
-from irflow.bm25 import BM25Params, bm25_topk  # noqa: E402
-from irflow.postings import Postings  # noqa: E402
+from irflow.kernels.bm25 import BM25Params, bm25_topk  # noqa: E402
+from irflow.kernels.postings import Postings  # noqa: E402
 
 SCIFACT = os.path.join(H.REPO, "..", "shared", "data", "scifact")
 SYSTEMS = ("irflow", "rank_bm25", "bm25s numpy", "bm25s numba")
@@ -90,7 +90,7 @@ def zipf_queries(n_queries: int, law: np.ndarray, seed: int) -> list[list[str]]:
 
 def scifact(path: str, n_queries: int) -> tuple[list[list[str]], list[list[str]]]:
     """SciFact's records (title + text) and its first queries, cut by irflow's "english" analyzer."""
-    from irflow.text import get_analyzer
+    from irflow.kernels.text import get_analyzer
 
     analyzer = get_analyzer("english")
     with open(os.path.join(path, "corpus.jsonl"), encoding="utf-8") as f:
@@ -113,7 +113,7 @@ def load(spec: Mapping[str, Any]) -> tuple[list[list[str]], list[list[str]]]:
 # -- systems ------------------------------------------------------------------------------
 
 
-BASE: dict[str, Any] = {}  # "module": the --base checkout's irflow.bm25, when given
+BASE: dict[str, Any] = {}  # "module": the --base checkout's irflow.kernels.bm25, when given
 
 
 def build(system: str, docs: Sequence[Sequence[str]]) -> Any:

@@ -65,7 +65,7 @@ import _harness as H  # noqa: E402
 H.ensure_irflow()
 
 import irflow  # noqa: E402
-from irflow.recipe import load_recipe  # noqa: E402
+from irflow.engine.recipe import load_recipe  # noqa: E402
 from irflow.shard import ShardedCorpus, shard  # noqa: E402
 
 RECIPES = ("lexical", "dense", "hybrid")

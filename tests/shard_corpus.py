@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
-from irflow.batches import Candidates
+from irflow.engine.batches import Candidates
 
 WORDS = ["python", "data", "parser", "fast", "http", "client", "graph", "sql", "async", "json", "tool", "network",
          "cli", "server", "cache", "query", "schema", "stream", "image", "audio", "vector", "index", "search",

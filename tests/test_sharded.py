@@ -24,15 +24,15 @@ from hypothesis import strategies as st
 
 import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
 import irflow
-import irflow.registry as registry
-from irflow.bm25 import BM25Params
-from irflow.corpus import build
+import irflow.engine.registry as registry
+from irflow.kernels.bm25 import BM25Params
+from irflow.store.corpus import build
 from irflow.errors import CorpusError, FilterError, NoLedgerEntry, UnknownFieldWarning, UnknownSurfaceWarning
-from irflow.recipe import builtin_recipes, load_recipe
+from irflow.engine.recipe import builtin_recipes, load_recipe
 from irflow.shard import ShardedCorpus, open_corpus, plan_shards, shard
 from irflow.shard.manifest import MANIFEST_FILE
 from irflow.shard.merge import RowMap, merge_topk
-from irflow.topk import TopK
+from irflow.kernels.topk import TopK
 from shard_corpus import assert_same_result, records
 from surface_corpus import FakeReranker
 
@@ -86,8 +86,10 @@ def test_sharding_keeps_artifacts_whole_and_rows_global(corpora):
                 for artifact in single.artifact_ids[rows].tolist():
                     assert owner.setdefault(artifact, s) == s  # an artifact lives in one shard
             # global row = the single machine's row: the same record at every row
-            assert sharded.record_ids.tolist() == single.record_ids.tolist()
-            assert sharded.kind_codes.tolist() == single.kind_codes.tolist()
+            every = np.arange(single.n_rows)
+            assert sharded.record_ids_of(every).tolist() == single.record_ids.tolist()
+            assert sharded.kind_codes_of(every).tolist() == single.kind_codes.tolist()
+            assert sharded.surface_indices_of(every).tolist() == single.surface_indices.tolist()
             contiguous = all(e.rows_file is None for e in sharded.manifest.shards)
             assert contiguous == (layout == "grouped" or n == 1)
 
@@ -305,8 +307,8 @@ def test_records_hits_ledger_and_rows(corpora):
 
 def test_filter_checks_warn_and_refuse_as_one_machine(corpora):
     single, sharded = corpora["grouped"], corpora["grouped", 5]
-    for corpus in (single, sharded):
-        corpus._warned.clear()
+    single._masks._warned.clear()  # the warnings a corpus gave once: give them again
+    sharded._warned.clear()
     for call in (lambda c: c.candidate_mask({"ownr": "ann"}),
                  lambda c: c.candidate_mask(None, ["name", "nmae"])):
         with warnings.catch_warnings(record=True) as a:
@@ -448,7 +450,7 @@ def test_shards_whose_logarithms_differ_refuse_to_open(sharded_dir, monkeypatch)
 
 def test_a_shard_whose_manifest_was_rewritten_refuses_to_open(sharded_dir):
     # a generation manifest edited in place (and CURRENT's digest with it): same build id, another checksum
-    from irflow.generations import CURRENT_FILE, checksum
+    from irflow.store.generations import CURRENT_FILE, checksum
 
     (generation,) = (sharded_dir / "shard-000").glob("gen-*")
     manifest = json.loads((generation / "manifest.json").read_text())
@@ -470,7 +472,7 @@ def test_ray_is_imported_only_when_asked_for(sharded_dir):
 
 def test_eval_on_ray_needs_the_corpus_on_disk(tmp_path):
     # refused before any cluster is started or ray imported
-    from irflow.metrics import EvaluationError
+    from irflow.evaluation.metrics import EvaluationError
 
     data = tmp_path / "mini"
     (data / "qrels").mkdir(parents=True)
@@ -490,3 +492,50 @@ def test_concurrent_searches_on_an_in_process_sharded_corpus(corpora):
         got = list(pool.map(lambda a: irflow.search(sharded, a[0], mode="hybrid", filter={"owner": a[1]}),
                             [(q, o) for q in QUERIES for o in ("ann", "cy")]))
     assert got == expected
+
+
+# -- the corpus protocol, and nothing else -------------------------------------------------------------
+
+import test_corpus_protocol as protocol_tests  # noqa: E402  (its wrapper and its runs, not its tests)
+from irflow.store.protocol import PROTOCOL_MEMBERS, CorpusProtocol  # noqa: E402
+from surface_corpus import build_corpus  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def protocol_pair(tmp_path_factory):
+    single = build_corpus("protocol")
+    with shard(single, 3, tmp_path_factory.mktemp("protocol") / "sharded") as sharded:
+        yield single, sharded
+
+
+def test_a_sharded_corpus_implements_the_corpus_protocol(protocol_pair):
+    _, sharded = protocol_pair
+    assert isinstance(sharded, CorpusProtocol)
+    assert [name for name in PROTOCOL_MEMBERS if not hasattr(sharded, name)] == []
+    assert sharded.version == 0  # read-only: nothing it answered can go stale
+
+
+@pytest.mark.parametrize("run", protocol_tests._runs(), ids=protocol_tests._label)
+def test_every_run_of_the_protocol_test_gives_one_machines_answer_through_the_protocol_alone(protocol_pair, run):
+    """tests/test_corpus_protocol.py's runs on the sharded corpus, seen through the protocol-only wrapper."""
+    single, sharded = protocol_pair
+    name, params = run
+    recipe = load_recipe(name)
+    with registry.registered("protocol_rerank", FakeReranker()):
+        wrapped = protocol_tests.ProtocolOnly(sharded)
+        seen = recipe.run(wrapped, protocol_tests.QUERIES, trace=True, **params)
+        direct = recipe.run(single, protocol_tests.QUERIES, trace=True, **params)
+    assert any(hits for hits in seen.hits)
+    assert_same_result(direct, seen)
+    assert protocol_tests._lines(seen.trace) == protocol_tests._lines(direct.trace)
+    assert wrapped.used <= set(PROTOCOL_MEMBERS)
+
+
+def test_sibling_rows_are_the_single_machines_in_global_rows(protocol_pair):
+    single, sharded = protocol_pair
+    artifacts = ["pkg4", "nope", "pkg0", "pkg7", "pkg4"]
+    one, many = single.sibling_rows(artifacts), sharded.sibling_rows(artifacts)
+    assert many.listed.tolist() == one.listed.tolist() == [True, False, True, True, True]
+    assert many.offsets.tolist() == one.offsets.tolist() and many.rows.tolist() == one.rows.tolist()
+    assert many.stale == one.stale == ()
+    assert sharded.sibling_rows([]).rows.size == 0

@@ -25,9 +25,9 @@ from click.testing import CliRunner
 import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
 import irflow
 from irflow.cli import main as cli
-from irflow.corpus import build
+from irflow.store.corpus import build
 from irflow.errors import CorpusError, ShardUnavailableError
-from irflow.recipe import builtin_recipes, load_recipe
+from irflow.engine.recipe import builtin_recipes, load_recipe
 from irflow.shard import ShardedCorpus, shard
 from shard_corpus import assert_same_result, records
 

@@ -6,7 +6,7 @@ recipe, ``search()`` and ``evaluate()`` run on a sharded corpus unchanged
 and return the hits, order and scores (bit for bit) one machine returns.
 
 Layering: this package may import the store and kernels layers
-(:mod:`irflow.corpus`, :mod:`irflow.persist`, :mod:`irflow.bm25`, ...) and
+(:mod:`irflow.store.corpus`, :mod:`irflow.store.persist`, :mod:`irflow.kernels.bm25`, ...) and
 the utilities and errors; the CLI and the evaluation harness may import
 it; the engine, the seed API, the store and the kernels never do.  Ray is
 an extra (``pip install -e '.[ray]'``) imported only by
@@ -28,11 +28,11 @@ import sys
 import types
 from typing import Any, Iterable, Mapping
 
-from irflow.corpus import Corpus
-from irflow.corpus import open_corpus as _open_plain
+from irflow.store.corpus import Corpus
+from irflow.store.corpus import open_corpus as _open_plain
 from irflow.errors import CorpusError
-from irflow.paths import resolve_corpus_path
-from irflow.records import Record
+from irflow.store.paths import resolve_corpus_path
+from irflow.store.records import Record
 from irflow.shard.driver import ShardedCorpus
 from irflow.shard.manifest import ShardManifest, is_sharded
 from irflow.shard.split import plan_shards, shard_corpus
@@ -77,7 +77,7 @@ def open_corpus(path_or_name: str | os.PathLike[str], *, embedder: Any = None, v
     ``ray`` (sharded corpora only): None serves the shards in this process,
     ``"auto"`` in Ray actors of a local cluster irflow starts (or the one
     this process is connected to), an address joins that cluster.  See
-    :func:`irflow.corpus.open_corpus` for ``embedder`` and ``verify``.
+    :func:`irflow.store.corpus.open_corpus` for ``embedder`` and ``verify``.
     """
     root = resolve_corpus_path(path_or_name)
     if is_sharded(root):

@@ -36,6 +36,7 @@ import collections
 import hashlib
 import os
 import threading
+import types
 import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -43,20 +44,21 @@ from typing import Any, Iterable, Mapping, Sequence
 import attrs
 import numpy as np
 
-from irflow.bm25 import BM25Params, BM25Stats, PartialStats, combine_stats
-from irflow.cachekey import UnkeyableError, cache_key
-from irflow.corpus import Corpus, _closest_hint, _surface_kinds
-from irflow.embedders import Embedder, check_dimension, resolve_embedder
+from irflow.kernels.bm25 import BM25Params, BM25Stats, PartialStats, combine_stats
+from irflow.util.cachekey import UnkeyableError, cache_key
+from irflow.kernels.embedders import Embedder, check_dimension, resolve_embedder
 from irflow.errors import CorpusError, EmbedderError, NoLedgerEntry, UnknownFieldWarning
-from irflow.expand import Expansion
-from irflow.filters import CompiledFilter, compile_filter
-from irflow.paths import resolve_corpus_path
-from irflow.records import Record, SearchHit
+from irflow.kernels.filters import CompiledFilter, compile_filter
+from irflow.store.masks import CandidateMasks, _closest_hint, _surface_kinds
+from irflow.store.paths import resolve_corpus_path
+from irflow.store.protocol import Siblings
+from irflow.store.records import Record, SearchHit
 from irflow.shard.backend import Backend, Call, InProcessBackend
 from irflow.shard.manifest import ShardManifest, check_layout, read_manifest, read_rows
 from irflow.shard.merge import RowMap, merge_topk
-from irflow.text import Analyzer
-from irflow.topk import TopK
+from irflow.shard.ray_backend import RayBackend  # imports Ray itself only when a RayBackend is made
+from irflow.kernels.text import Analyzer
+from irflow.kernels.topk import TopK
 
 __all__ = ["ShardedCorpus"]
 
@@ -73,7 +75,7 @@ def _readonly(array: np.ndarray) -> np.ndarray:
 
 
 class ShardedCorpus:
-    """A corpus split into shards, served in-process or by Ray actors; a drop-in for :class:`~irflow.corpus.Corpus`.
+    """A corpus split into shards, served in-process or by Ray actors; a drop-in for :class:`~irflow.store.corpus.Corpus`.
 
     Made by :meth:`open` (or :func:`irflow.open_corpus` on a sharded
     directory, or :func:`irflow.shard`), not by hand.  Read-only: shards
@@ -138,8 +140,6 @@ class ShardedCorpus:
                 raise TypeError(f"unexpected options {sorted(ray_options)} without ray=")
             backend = InProcessBackend(root, manifest, verify=verify)
         else:
-            from irflow.shard.ray_backend import RayBackend  # Ray is an extra, imported only when asked for
-
             backend = RayBackend(root, manifest, address=ray, verify=verify, **ray_options)
         return cls(root, manifest, backend, RowMap(rows), embedder=embedder)
 
@@ -183,6 +183,11 @@ class ShardedCorpus:
     def __len__(self) -> int:
         """Live records."""
         return self.manifest.live
+
+    @property
+    def version(self) -> int:
+        """Always 0: a sharded corpus is read-only (deleting means resharding), so answers never go stale."""
+        return 0
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -249,8 +254,11 @@ class ShardedCorpus:
                 self._masks.move_to_end(key)
                 return cached[0]
         if kinds is not None:
-            # the same rule and words as one machine (Corpus._check_surfaces reads kinds, _label, _first_warning)
-            Corpus._check_surfaces(self, tuple(dict.fromkeys(kinds)))  # type: ignore[arg-type]
+            # the same rule and words as one machine: CandidateMasks._check_surfaces reads the kinds held
+            # (store.kinds), how to name the corpus (label) and the warnings given (_first_warning)
+            held = types.SimpleNamespace(store=types.SimpleNamespace(kinds=self.kinds), label=self._label(),
+                                         _first_warning=self._first_warning)
+            CandidateMasks._check_surfaces(held, tuple(dict.fromkeys(kinds)))  # type: ignore[arg-type]
         if compiled.fields:
             self._check_fields(compiled.fields)
         ref = ("spec", compiled.spec, None if kinds is None else list(kinds))
@@ -422,42 +430,9 @@ class ShardedCorpus:
         """Global surface kind code of each row (int32; an index into ``kinds``)."""
         return self._gather(rows, ["kind_code"])["kind_code"]
 
-    def _column(self, name: str) -> np.ndarray:
-        """A whole per-row column, gathered from every shard once (for callers that index full columns)."""
-        with self._lock:
-            column = self._columns.get(name)
-        if column is None:
-            parts = self._everywhere("columns", None, [name])
-            values = [self._code_maps[s][p[name]] if name == "kind_code" else p[name] for s, p in enumerate(parts)]
-            column = _readonly(self.rows.join(values, dtype=values[0].dtype))
-            with self._lock:
-                self._columns[name] = column
-        return column
-
-    @property
-    def record_ids(self) -> np.ndarray:
-        """Record id per row (object array; gathered from the shards on first use)."""
-        return self._column("record_id")
-
-    @property
-    def artifact_ids(self) -> np.ndarray:
-        """Artifact id per row (object array; gathered from the shards on first use)."""
-        return self._column("artifact_id")
-
-    @property
-    def kind_codes(self) -> np.ndarray:
-        """Global surface kind code per row (int32; gathered from the shards on first use)."""
-        return self._column("kind_code")
-
-    @property
-    def surface_indices(self) -> np.ndarray:
-        """Plan-global surface index per row (int64; gathered from the shards on first use)."""
-        return self._column("surface_index")
-
-    @property
-    def live(self) -> np.ndarray:
-        """False for deleted rows (bool; gathered from the shards on first use)."""
-        return self._column("live")
+    def surface_indices_of(self, rows: Any) -> np.ndarray:
+        """Plan position of each global row within its artifact (int64)."""
+        return self._gather(rows, ["surface_index"])["surface_index"].astype(np.int64, copy=False)
 
     def records(self, rows: Any) -> list[Record]:
         """The records at global *rows*, in that order (fetched from their shards, cached)."""
@@ -502,7 +477,7 @@ class ShardedCorpus:
     # -- the ledger ---------------------------------------------------------------------------
 
     def records_for_artifact(self, artifact_id: str, *, surface_kind: str | None = None) -> list[Record]:
-        """Every stored record of *artifact_id* in plan order (from the one shard holding it); see irflow.ledger."""
+        """Every stored record of *artifact_id* in plan order (from the one shard holding it); see irflow.store.ledger."""
         for kind, value in self._everywhere("records_for_artifact", artifact_id, surface_kind):
             if kind == "records":
                 return value
@@ -512,24 +487,24 @@ class ShardedCorpus:
         raise NoLedgerEntry(f"the ledger{where} has no entry for artifact {artifact_id!r} (an unknown artifact, or "
                             "a corpus built without ledger bookkeeping)")
 
-    def expand_rows(self, query_index: Any, rows: Any, *, window: int | None = None,
-                    surface_kind: str | Iterable[str] | None = None, stacklevel: int = 2) -> Expansion:
-        """Ledger expansion of ranked hits (see :func:`irflow.expand.expand_rows`), each on its artifact's shard.
+    def sibling_rows(self, artifact_ids: Sequence[str]) -> Siblings:
+        """Each artifact's live rows in plan order, in global rows, from the shard holding it (see Siblings).
 
-        Each shard expands its hits; the entries are put in one machine's
-        order: by query, then artifact by its best hit, then plan position
-        (then row).
+        An artifact lives in one shard: every shard is asked about every
+        artifact (it does not know which holds it) and at most one lists it.
         """
-        query_index = np.asarray(query_index, dtype=np.int64).reshape(-1)
-        rows, groups = self._by_shard(rows)
-        if not groups:  # nothing to expand: shard 0 still checks window and kinds, as one machine does
-            groups = [(0, np.empty(0, np.int64), np.empty(0, np.int64))]
-        answers = self._run("expand", [(s, (query_index[positions], local, window, surface_kind))
-                                       for s, positions, local in groups])
-        parts = []
-        for (s, positions, _), (query, local, source, offset, surface, first) in zip(groups, answers):
-            parts.append((query, self.rows.to_global(s, local), positions[source], offset, surface, positions[first]))
-        query, row, source, offset, surface, first = (np.concatenate(c) for c in zip(*parts))
-        order = np.lexsort((row, surface, first, query))
-        return Expansion(query[order].astype(np.int64), row[order].astype(np.int64), source[order].astype(np.int64),
-                         offset[order].astype(np.int64))
+        artifacts = [str(a) for a in artifact_ids]
+        n = len(artifacts)
+        groups: list[list[np.ndarray]] = [[] for _ in range(n)]
+        listed = np.zeros(n, dtype=bool)
+        stale: list[tuple[str, str]] = []
+        for s, (offsets, rows, found, gone) in enumerate(self._everywhere("sibling_rows", artifacts)):
+            rows = self.rows.to_global(s, np.asarray(rows, dtype=np.int64))
+            for i in np.flatnonzero(found).tolist():
+                groups[i].append(rows[offsets[i]:offsets[i + 1]])
+            listed |= np.asarray(found, dtype=bool)
+            stale.extend((str(a), str(r)) for a, r in gone)
+        parts = [np.concatenate(g) if g else np.empty(0, np.int64) for g in groups]
+        offsets = np.concatenate(([0], np.cumsum([p.size for p in parts], dtype=np.int64)))
+        flat = np.concatenate(parts) if parts else np.empty(0, np.int64)
+        return Siblings(offsets, flat, listed, stale)

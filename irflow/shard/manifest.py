@@ -36,8 +36,8 @@ import attrs
 import numpy as np
 
 from irflow.errors import CorpusError
-from irflow.fileio import write_atomic
-from irflow.generations import checksum
+from irflow.util.fileio import write_atomic
+from irflow.store.generations import checksum
 
 __all__ = ["MANIFEST_FILE", "FORMAT_NAME", "FORMAT_VERSION", "ShardEntry", "ShardManifest", "read_manifest",
            "write_manifest", "is_sharded", "shard_dir_name", "SHARD_DIR_RE"]

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from irflow.topk import TopK
+from irflow.kernels.topk import TopK
 
 __all__ = ["RowMap", "merge_topk"]
 

@@ -37,6 +37,7 @@ import atexit
 import contextlib
 import logging
 import os
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -45,10 +46,11 @@ from typing import Any, Callable, Iterator, Sequence
 import attrs
 
 from irflow.errors import IrflowError, ShardUnavailableError
-from irflow.extras import install_hint
-from irflow.paths import irflow_home
+from irflow.util.extras import install_hint
+from irflow.store.paths import irflow_home
 from irflow.shard.backend import Call
 from irflow.shard.manifest import ShardManifest
+from irflow.shard.worker import ShardWorker
 
 __all__ = ["RayBackend", "connect", "shutdown", "map_on_actors", "CONTAINED_ENV", "ray_temp_dir", "require_ray"]
 
@@ -122,8 +124,6 @@ def _no_cluster_networking(user: str | None) -> Iterator[None]:
     the user's environment (``user``: their value of the variable) says,
     whoever imported ray.
     """
-    import sys
-
     users_choice = user.lower() in ("1", "true") if user is not None else sys.platform not in ("darwin", "win32")
     ray = require_ray()
     constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
@@ -254,8 +254,6 @@ class _ShardServer:
 
     def call(self, method: str, *args: Any) -> Any:
         if self.worker is None:
-            from irflow.shard.worker import ShardWorker
-
             self.worker = ShardWorker(*self.args)
         return self.worker.call(method, *args)
 

@@ -28,17 +28,17 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from irflow.corpus import Corpus, build, open_corpus
+from irflow.store.corpus import Corpus, build, open_corpus
 from irflow.errors import CorpusError
-from irflow.generations import MANIFEST_FILE as MANIFEST_OF_GENERATION
-from irflow.generations import check_writable_root, checksum, has_current, read_current
-from irflow.persist import save_corpus
-from irflow.postings import Postings
-from irflow.progress import bar
-from irflow.records import Record
+from irflow.store.generations import MANIFEST_FILE as MANIFEST_OF_GENERATION
+from irflow.store.generations import check_writable_root, checksum, has_current, read_current
+from irflow.store.persist import save_corpus
+from irflow.kernels.postings import Postings
+from irflow.util.progress import bar
+from irflow.store.records import Record
 from irflow.shard.manifest import (MANIFEST_FILE, SHARD_DIR_RE, ShardEntry, ShardManifest, is_sharded,
                                    shard_dir_name, write_manifest)
-from irflow.store import CorpusStore, prepare_records
+from irflow.store.record_store import CorpusStore, prepare_records
 
 __all__ = ["plan_shards", "shard_corpus"]
 

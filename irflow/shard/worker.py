@@ -2,7 +2,7 @@
 
 A :class:`ShardWorker` lives wherever its shard is served — in the driver's
 process (the in-process backend) or in a Ray actor — and is the same code
-in both.  It holds one ordinary :class:`~irflow.corpus.Corpus` opened from
+in both.  It holds one ordinary :class:`~irflow.store.corpus.Corpus` opened from
 the shard's directory and checked against the shard manifest.  Its answers
 are numpy arrays, lists and tuples in *local* rows (the driver adds the
 shard's global rows), never objects that hold the corpus, so they cross a
@@ -32,13 +32,13 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from irflow.bm25 import BM25Params, BM25Stats, partial_stats
-from irflow.corpus import Corpus, open_corpus
+from irflow.kernels.bm25 import BM25Params, BM25Stats, partial_stats
+from irflow.store.corpus import Corpus, open_corpus
 from irflow.errors import CorpusError, FilterError, NoLedgerEntry
-from irflow.expand import expand_rows
-from irflow.generations import MANIFEST_FILE as GENERATION_MANIFEST
-from irflow.generations import checksum, read_current
-from irflow.ledger import records_for_artifact
+from irflow.store.generations import MANIFEST_FILE as GENERATION_MANIFEST
+from irflow.store.generations import checksum, read_current
+from irflow.store.ledger import records_for_artifact
+from irflow.store.masks import _field_paths
 from irflow.shard.manifest import ShardEntry
 
 __all__ = ["ShardWorker", "math_fingerprint", "MaskRef"]
@@ -220,7 +220,7 @@ class ShardWorker:
         return top.query_index, top.row, top.score
 
     def dense(self, ref: MaskRef, vectors: np.ndarray, fetch_k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """This shard's exact cosine top ``fetch_k`` (scores independent of the row range: see irflow.dense)."""
+        """This shard's exact cosine top ``fetch_k`` (scores independent of the row range: see irflow.kernels.dense)."""
         top = self.corpus.dense_topk(vectors, self._mask(ref), fetch_k)
         return top.query_index, top.row, top.score
 
@@ -243,24 +243,11 @@ class ShardWorker:
         store = self.corpus.store
         return [store.row_of(rid) if rid in store else -1 for rid in record_ids]
 
-    def expand(self, query_index: np.ndarray, rows: np.ndarray, window: int | None,
-               surface_kind: Any) -> tuple[np.ndarray, ...]:
-        """Ledger expansion of ranked hits at local ``rows`` (see :func:`irflow.expand.expand_rows`).
-
-        Returns the expansion (query, local row, hit position among the given
-        rows, plan offset) and, per entry, the surface index and the position
-        of its artifact's first hit (the driver's global order needs both).
-        """
-        e = expand_rows(self.corpus, query_index, rows, window=window, surface_kind=surface_kind, stacklevel=2)
-        query_index = np.asarray(query_index, dtype=np.int64)
-        rows = np.asarray(rows, dtype=np.int64)
-        # the first hit of each (query, artifact), as expand_rows orders artifacts
-        _, code = np.unique(np.asarray(self.corpus.store.artifact_ids)[rows].astype(str), return_inverse=True)
-        hit_key = query_index * max(int(code.max(initial=0)) + 1, 1) + code.reshape(-1)
-        keys, first_pos = np.unique(hit_key, return_index=True)
-        artifact_first = first_pos[np.searchsorted(keys, hit_key[e.source])].astype(np.int64)
-        surface = np.asarray(self.corpus.store.surface_indices)[e.row]
-        return e.query_index, e.row, e.source, e.offset, surface, artifact_first
+    def sibling_rows(self, artifact_ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
+        """The ledger's live rows of each artifact (local rows, CSR), whether this shard lists it, stale entries."""
+        siblings = self.corpus.sibling_rows(artifact_ids)
+        return (np.asarray(siblings.offsets), np.asarray(siblings.rows), np.asarray(siblings.listed),
+                [list(pair) for pair in siblings.stale])
 
     def records_for_artifact(self, artifact_id: str, surface_kind: str | None) -> tuple[str, Any]:
         """``("records", [...])``, ``("none", None)`` when this shard has no ledger entry, ``("stale", message)``."""
@@ -280,7 +267,6 @@ class ShardWorker:
 
     def field_paths(self) -> list[str]:
         """Every dotted field path of the live records' metadata, sorted."""
-        from irflow.corpus import _field_paths  # the same listing as one machine's warning
-
+        
         store = self.corpus.store
         return _field_paths(store.metadata[i] for i in np.flatnonzero(store.live))
