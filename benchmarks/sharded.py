@@ -17,8 +17,8 @@ Systems, on the same corpus and queries, interleaved pass by pass:
 
 Figures: time to open (checksums verified; the cluster's start apart);
 per recipe (lexical, dense, hybrid) the wall time of a batch of 1 and of
-a batch of ``--batch`` queries (median over ``--repeats`` passes and over
-the batches), and queries per second; memory (this process's resident
+a batch of ``--batch`` queries (median and p90 over ``--repeats`` passes
+and over the batches), and queries per second; memory (this process's resident
 growth, each actor's PSS); and whether every system's hits equal
 ``single``'s (they must, bit for bit).  Wall time is quoted: with Ray the
 work runs in other processes, so this process's CPU clock says nothing.
@@ -277,6 +277,7 @@ def main() -> None:
 
     # -- latency and throughput --------------------------------------------------------------
     results: dict[tuple[str, str, str], float] = {}
+    tails: dict[tuple[str, str, str], float] = {}  # p90 of the same samples
     for recipe in RECIPES:
         for kind, items in (("batch", batches), ("single", singles)):
             systems = {name: (run_batches(corpus, recipe, items, {}), len(items), args.repeats)
@@ -286,6 +287,7 @@ def main() -> None:
             sample = H.interleaved(systems, len(items))
             for name in opened:
                 results[recipe, kind, name] = sample[name].median_ms("wall")
+                tails[recipe, kind, name] = sample[name].p90_ms("wall")
     print(f"\n## latency (wall ms, median) and throughput: batch of 1, batch of {args.batch}")
     rows = []
     for name in opened:
@@ -296,6 +298,10 @@ def main() -> None:
         rows.append(row)
     heads = ["system"] + [f"{r} {w}" for r in RECIPES for w in ("1 q ms", f"{args.batch} q ms", "q/s")]
     print(H.table(heads, rows))
+    print(f"\n## latency p90 (wall ms): batch of 1, batch of {args.batch}")
+    rows = [[name] + [tails[recipe, kind, name] for recipe in RECIPES for kind in ("single", "batch")]
+            for name in opened]
+    print(H.table(["system"] + [f"{r} {w}" for r in RECIPES for w in ("1 q p90", f"{args.batch} q p90")], rows))
 
     # -- memory ---------------------------------------------------------------------------------
     print("\n## memory")

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
 import irflow
 import irflow.engine.registry as registry
+from irflow.api.expand import expand as expand_hits
 from irflow.kernels.bm25 import BM25Params
 from irflow.store.corpus import build
 from irflow.errors import CorpusError, FilterError, NoLedgerEntry, UnknownFieldWarning, UnknownSurfaceWarning
@@ -539,3 +540,13 @@ def test_sibling_rows_are_the_single_machines_in_global_rows(protocol_pair):
     assert many.offsets.tolist() == one.offsets.tolist() and many.rows.tolist() == one.rows.tolist()
     assert many.stale == one.stale == ()
     assert sharded.sibling_rows([]).rows.size == 0
+
+
+def test_the_expand_api_on_a_sharded_corpus_is_one_machines(corpora):
+    single, sharded = corpora["interleaved"], corpora["interleaved", 3]
+    hits = [irflow.search(single, q, mode="hybrid", k=4) for q in ("graph network tool", "sql schema query")]
+    assert [irflow.search(sharded, q, mode="hybrid", k=4) for q in ("graph network tool", "sql schema query")] == hits
+    for window, kind in ((None, None), (1, None), (0, "readme_chunk"), (2, ["deps", "name"])):
+        expanded = expand_hits(single, hits, window=window, surface_kind=kind)
+        assert expand_hits(sharded, hits, window=window, surface_kind=kind) == expanded
+    assert any(len(e) > len(h) for e, h in zip(expand_hits(single, hits), hits))
