@@ -540,6 +540,9 @@ def test_sibling_rows_are_the_single_machines_in_global_rows(protocol_pair):
     assert many.offsets.tolist() == one.offsets.tolist() and many.rows.tolist() == one.rows.tolist()
     assert many.stale == one.stale == ()
     assert sharded.sibling_rows([]).rows.size == 0
+    none = np.empty(0, dtype=np.int64)
+    for lookup in ("record_ids_of", "artifact_ids_of", "kind_codes_of", "surface_indices_of"):
+        assert getattr(sharded, lookup)(none).dtype == getattr(single, lookup)(none).dtype, lookup
 
 
 def test_the_expand_api_on_a_sharded_corpus_is_one_machines(corpora):

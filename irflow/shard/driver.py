@@ -17,8 +17,9 @@ merging, so every recipe runs on it unchanged:
 - **dense**: each shard returns its exact top ``fetch_k``;
 - both merge by (score desc, global row asc), one machine's order;
 - **rows**: records, hits, ids and kinds are fetched only for the rows
-  asked (candidates, hits), grouped by shard; expansion through the ledger
-  runs on the shard holding the artifact (an artifact never spans shards).
+  asked (candidates, hits), grouped by shard; an artifact's siblings (the
+  ledger, for expansion) come from the one shard holding it (an artifact
+  never spans shards), in global rows.
 
 Query texts are tokenized and embedded here, once per batch, with the
 analyzer and embedder every shard was built with (the manifest says which).
@@ -100,7 +101,6 @@ class ShardedCorpus:
         self._mask_refs: dict[int, tuple[np.ndarray, Any]] = {}
         self._means: collections.OrderedDict[Any, float] = collections.OrderedDict()
         self._records: collections.OrderedDict[int, Record] = collections.OrderedDict()
-        self._columns: dict[str, np.ndarray] = {}
         self._warned: set[tuple[str, str]] = set()
         global_code = {kind: code for code, kind in enumerate(manifest.kinds)}
         self._code_maps = [np.array([global_code[k] for k in entry.kinds], dtype=np.int32)
@@ -200,10 +200,6 @@ class ShardedCorpus:
 
     @property
     def analyzer(self) -> Analyzer:
-        return self._analyzer
-
-    @property
-    def tokenizer(self) -> Analyzer:
         return self._analyzer
 
     @property
@@ -413,9 +409,10 @@ class ShardedCorpus:
                 if name not in out:
                     out[name] = np.empty(rows.size, dtype=values.dtype)
                 out[name][positions] = values
-        for name in names:
+        for name in names:  # no rows asked: empty columns of the protocol's dtypes
             if name not in out:
-                out[name] = np.empty(0, dtype=object if name.endswith("_id") else np.int64)
+                out[name] = np.empty(0, dtype=object if name.endswith("_id") else
+                                     np.int32 if name == "kind_code" else np.int64)
         return out
 
     def artifact_ids_of(self, rows: Any) -> np.ndarray:
