@@ -52,6 +52,8 @@ from __future__ import annotations
 
 import collections
 import math
+import os
+import warnings
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -465,6 +467,35 @@ PRUNE_LIMIT_FRACTION = 1.0
 FULL_SCORE_ROWS = 8192
 
 
+#: Relative margin under the k-th score below which pruning drops a row (far above rounding error).
+_PRUNE_MARGIN = 1e-9
+_NO_ROWS = np.empty(0, dtype=np.int64)
+_NO_ROWS_MASK = np.empty(0, dtype=bool)
+#: Which kernel scores: "auto" (compiled when numba is installed, else numpy), "numpy" or "numba".
+KERNEL_ENV = "IRFLOW_BM25_KERNEL"
+_COMPILED: list[Any] = []  # resolved once: [module or None]
+
+
+def _compiled() -> Any:
+    """The compiled kernel module, or None for the numpy paths (``IRFLOW_BM25_KERNEL``; numba installed)."""
+    if _COMPILED:
+        return _COMPILED[0]
+    choice = os.environ.get(KERNEL_ENV, "auto").strip().lower() or "auto"
+    module = None
+    if choice not in ("auto", "numpy", "numba"):
+        warnings.warn(f"{KERNEL_ENV}={choice!r} is not one of auto, numpy, numba; using auto", stacklevel=3)
+        choice = "auto"
+    if choice != "numpy":
+        try:
+            from irflow import bm25_numba as module
+        except ImportError:
+            if choice == "numba":
+                raise IrflowError(f"{KERNEL_ENV}=numba but numba is not installed; pip install 'irflow[fast]'")
+            module = None
+    _COMPILED.append(module)
+    return module
+
+
 class _Scratch:
     """One thread's reusable buffers; ``scores``, ``seen``, ``pos`` are clean between queries."""
 
@@ -746,6 +777,9 @@ class _Scorer:
         terms, constant = self.terms(tokens)
         if not terms:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+        compiled = _compiled()
+        if compiled is not None:
+            return self._compiled_top(compiled, terms, k, constant)
         rows, scores = self._pruned(terms, k, constant) if self.prune_ok and len(terms) > 1 else (None, None)
         if rows is None:
             rows, scores = self._scores(terms)
@@ -757,6 +791,27 @@ class _Scorer:
         scores = scores[pick]
         scores += 0.0  # -0.0 (all of a row's weights -0.0) becomes 0.0 whichever path summed it
         return rows[pick].astype(np.int64), scores
+
+    def _compiled_top(self, compiled: Any, terms: list[_Term], k: int,
+                      constant: float) -> tuple[np.ndarray, np.ndarray]:
+        """The same top ``k`` as the numpy paths, by the compiled kernel (``irflow.bm25_numba``)."""
+        n = len(terms)
+        dense = np.zeros(n, dtype=np.int8)
+        for j, term in enumerate(terms):
+            if term.column < 0:
+                continue
+            if self._via_column(term):
+                dense[j] = 2
+            elif self.dense_ok and term.size > DENSE_TERM_FRACTION * self.postings.n_rows:
+                dense[j] = 1
+        p = self.postings
+        return compiled.topk(
+            np.array([t.lo for t in terms], dtype=np.int64), np.array([t.hi for t in terms], dtype=np.int64),
+            np.array([t.weight * (self.k1 + 1.0) for t in terms]), np.array([t.column for t in terms], dtype=np.int64),
+            np.array([t.bound for t in terms]), dense, p.post_rows, p.post_tfs, self.norms, self.head,
+            _NO_ROWS_MASK if self.mask is None else self.mask, self.kept if (dense == 2).any() else _NO_ROWS,
+            int(k), 1 if self.variant == "bm25l" else 0, float(self.k1), float(self.delta), float(constant),
+            _PRUNE_MARGIN, bool(self.prune_ok))
 
     def _is_dense(self, term: _Term) -> bool:
         return self.dense_ok and self.size(term) > DENSE_TERM_FRACTION * self.postings.n_rows
