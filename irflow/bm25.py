@@ -474,6 +474,8 @@ _NO_ROWS_MASK = np.empty(0, dtype=bool)
 #: Which kernel scores: "auto" (compiled when numba is installed, else numpy), "numpy" or "numba".
 KERNEL_ENV = "IRFLOW_BM25_KERNEL"
 _COMPILED: list[Any] = []  # resolved once: [module or None]
+#: Rows per block of the compiled kernel (None: its own ``BLOCK``); tests set tiny blocks.
+COMPILED_BLOCK: int | None = None
 
 
 def _compiled() -> Any:
@@ -488,9 +490,16 @@ def _compiled() -> Any:
     if choice != "numpy":
         try:
             from irflow import bm25_numba as module
-        except ImportError:
+        except ImportError as error:
             if choice == "numba":
-                raise IrflowError(f"{KERNEL_ENV}=numba but numba is not installed; pip install 'irflow[fast]'")
+                raise IrflowError(f"{KERNEL_ENV}=numba but numba cannot be imported ({error}); "
+                                  "pip install 'irflow[fast]'") from error
+            module = None
+        except Exception as error:  # a broken numba install (llvmlite mismatch, no cache dir): numpy still works
+            if choice == "numba":
+                raise IrflowError(f"{KERNEL_ENV}=numba but the compiled kernel failed to load: {error}") from error
+            warnings.warn(f"irflow's compiled BM25 kernel failed to load ({error}); using the numpy kernel",
+                          stacklevel=3)
             module = None
     _COMPILED.append(module)
     return module
@@ -811,7 +820,7 @@ class _Scorer:
             np.array([t.bound for t in terms]), dense, p.post_rows, p.post_tfs, self.norms, self.head,
             _NO_ROWS_MASK if self.mask is None else self.mask, self.kept if (dense == 2).any() else _NO_ROWS,
             int(k), 1 if self.variant == "bm25l" else 0, float(self.k1), float(self.delta), float(constant),
-            _PRUNE_MARGIN, bool(self.prune_ok))
+            _PRUNE_MARGIN, bool(self.prune_ok), int(COMPILED_BLOCK or compiled.BLOCK))
 
     def _is_dense(self, term: _Term) -> bool:
         return self.dense_ok and self.size(term) > DENSE_TERM_FRACTION * self.postings.n_rows

@@ -115,7 +115,7 @@ def _find(post_rows, lo, hi, r):  # pragma: no cover - compiled
 
 @njit(nogil=True, cache=True, error_model="numpy")
 def topk(los, his, scales, columns, bounds, dense, post_rows, post_tfs, norms, head, mask, kept,
-         k, variant, k1, delta, constant, margin, prune):  # pragma: no cover - compiled
+         k, variant, k1, delta, constant, margin, prune, block):  # pragma: no cover - compiled
     """Top ``k`` rows and scores (score desc, row asc) of one query; see the module docstring.
 
     Terms (canonical order): postings ``post_rows[los[j]:his[j]]``, ``scales[j]`` =
@@ -126,7 +126,8 @@ def topk(los, his, scales, columns, bounds, dense, post_rows, post_tfs, norms, h
     looked up in its column when it has one, else in its postings.
     ``mask`` (size 0: every row) selects the candidates.  ``constant``
     (BM25Plus) is added to every score before ranking; ``margin`` the
-    relative safety margin of pruning; ``prune`` false scores every row.
+    relative safety margin of pruning; ``prune`` false scores every row;
+    ``block``: rows per block (``BLOCK``; tests use tiny blocks).
     """
     n = norms.size
     n_terms = los.size
@@ -139,14 +140,14 @@ def topk(los, his, scales, columns, bounds, dense, post_rows, post_tfs, norms, h
     hr = np.empty(k, np.int64)
     m = 0
     limit = -np.inf
-    acc = np.zeros(BLOCK)
-    flag = np.zeros(BLOCK, np.uint8)  # 1: reached by an essential term; 2: alive after the bound check
-    touched = np.empty(BLOCK, np.int64)
-    alive = np.empty(BLOCK, np.int64)
+    acc = np.zeros(block)
+    flag = np.zeros(block, np.uint8)  # 1: reached by an essential term; 2: alive after the bound check
+    touched = np.empty(block, np.int64)
+    alive = np.empty(block, np.int64)
     kc = 0  # cursor in kept
     e = n_terms
-    for b0 in range(0, n, BLOCK):
-        b1 = min(b0 + BLOCK, n)
+    for b0 in range(0, n, block):
+        b1 = min(b0 + block, n)
         width = b1 - b0
         # essential prefix: the shortest whose complement's bounds sum below theta (with a margin)
         if prune and m == k:
