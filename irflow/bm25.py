@@ -712,7 +712,9 @@ class _Scorer:
     def kept(self) -> np.ndarray:
         """Ascending candidate rows (computed on first need)."""
         if self._kept is None:
-            self._kept = np.flatnonzero(self.mask)
+            mask, p = self.mask, self.postings
+            # cached per candidate set: a corpus's masks are digested once (Postings.remember_mask)
+            self._kept = p.stats_cache.get_or_make(("kept", p.mask_digest(mask)), lambda: np.flatnonzero(mask))
         return self._kept
 
     @property

@@ -171,6 +171,10 @@ class Corpus:
         self._columns: MetadataColumns | None = None
         self._masks: collections.OrderedDict[Any, np.ndarray] = collections.OrderedDict()
         self._masks_version = store.version
+        # id(mask) -> (mask, store version, selects every live row) for the masks candidate_mask made:
+        # identity (checked with ``is``) tells a query's mask in O(1), no pass over its rows
+        self._mask_facts: dict[int, tuple[np.ndarray, int, bool]] = {}
+        self._live_facts_cache: tuple[int, int, np.ndarray | None] | None = None
         self._warned: set[tuple[str, str]] = set()  # (name, "field" | "surface") already warned about
         self._lock = threading.Lock()
 
@@ -342,12 +346,18 @@ class Corpus:
             codes = [code for code, kind in enumerate(self.kinds) if kind in kinds]
             mask &= np.isin(self.store.kind_codes, np.array(codes, dtype=np.int32))
         mask = _readonly(mask)
+        n_live, _ = self._live_facts()
+        all_live = int(np.count_nonzero(mask)) == n_live  # once per mask made, not per query
         with self._lock:
             if key is None or self._masks_version != version:  # a delete came in meanwhile: do not keep it
                 return mask
             self._masks[key] = mask
+            self._mask_facts[id(mask)] = (mask, version, all_live)
             while len(self._masks) > MASK_CACHE_SIZE:
-                self._masks.popitem(last=False)
+                _, evicted = self._masks.popitem(last=False)
+                self._mask_facts.pop(id(evicted), None)
+        if not all_live:  # the kernels key their per-candidate-set caches by its digest: made once
+            self.postings.remember_mask(mask)
         return mask
 
     def _check_surfaces(self, wanted: tuple[str, ...]) -> None:
@@ -396,15 +406,47 @@ class Corpus:
             self._warned.add((name, what))
             return True
 
+    def _live_facts(self) -> tuple[int, np.ndarray | None]:
+        """(number of live rows, the live mask or None while nothing is deleted), recounted only after a delete."""
+        version = self.store.version  # read first: facts are never newer than their label
+        facts = self._live_facts_cache
+        if facts is None or facts[0] != version:
+            live = self.store.live
+            n_live = int(np.count_nonzero(live))
+            facts = (version, n_live, None if n_live == self.n_rows else live)
+            if facts[2] is not None:
+                self.postings.remember_mask(facts[2])
+            self._live_facts_cache = facts
+        return facts[1], facts[2]
+
+    def _known_mask(self, mask: Any) -> tuple[bool, bool]:
+        """(made by candidate_mask since the last delete, selects every live row) — by identity, O(1)."""
+        facts = self._mask_facts.get(id(mask))
+        if facts is None or facts[0] is not mask or facts[1] != self.store.version:
+            return False, False
+        return True, facts[2]
+
     def _effective_mask(self, mask: np.ndarray | None) -> np.ndarray | None:
-        """*mask* restricted to live rows (None stays None while nothing is deleted: the kernels' fast path)."""
-        live = self.store.live
+        """*mask* restricted to live rows (None while nothing is deleted: the kernels' fast path).
+
+        A mask of ``candidate_mask`` that keeps every live row (no filter, or
+        one every record passes) becomes None too, so ``search(mode="lexical")``
+        without a filter takes the unmasked kernels; its masks are live-only
+        already, so they are not ANDed again.  Both are known by identity:
+        no pass over the rows per query.
+        """
+        _, live = self._live_facts()
         if mask is None:
-            return None if len(self.store) == self.n_rows else live
+            return live
+        known, all_live = self._known_mask(mask)
+        if all_live:
+            return live
+        if known:
+            return mask
         mask = np.asarray(mask, dtype=bool)
         if mask.shape != (self.n_rows,):
             raise ValueError(f"a candidate mask must be a bool array of shape ({self.n_rows},), got {mask.shape}")
-        return mask if len(self.store) == self.n_rows else mask & live
+        return mask if live is None else mask & live
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -459,7 +501,7 @@ class Corpus:
         """
         if not isinstance(params, _bm25.BM25Params):
             params = _bm25.BM25Params.from_mapping(params)
-        live = None if len(self.store) == self.n_rows else self.store.live
+        _, live = self._live_facts()
         return _bm25.bm25_topk(self.postings, query_tokens, self._effective_mask(mask), fetch_k, params,
                                corpus_mask=live, stats=stats)
 

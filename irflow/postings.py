@@ -88,6 +88,10 @@ class _Cache:
                 self._data.popitem(last=False)
         return value
 
+    def get(self, key: Any) -> Any:
+        """The value under ``key`` or None (no recency update: a lookup on the hot path)."""
+        return self._data.get(key)
+
     def __len__(self) -> int:
         return len(self._data)
 
@@ -124,7 +128,7 @@ class Postings:
     row_offsets: np.ndarray
     row_terms: np.ndarray
     # Per-candidate-set statistics, keyed by a digest of the mask (see bm25.py).
-    stats_cache: _Cache = attrs.field(init=False, factory=lambda: _Cache(32), repr=False)
+    stats_cache: _Cache = attrs.field(init=False, factory=lambda: _Cache(64), repr=False)
     # Per-row float vectors derived from statistics (n floats each), and the
     # scorers holding them: fewer entries.
     norm_cache: _Cache = attrs.field(init=False, factory=lambda: _Cache(8), repr=False)
@@ -132,6 +136,8 @@ class Postings:
     scratch: threading.local = attrs.field(init=False, factory=threading.local, repr=False)
     # Derived, rebuildable structures (head-term columns), made on first need.
     derived: _Cache = attrs.field(init=False, factory=lambda: _Cache(4), repr=False)
+    # Digests of masks that never change (see remember_mask), by identity.
+    known_masks: _Cache = attrs.field(init=False, factory=lambda: _Cache(64), repr=False)
 
     @property
     def n_rows(self) -> int:
@@ -221,8 +227,24 @@ class Postings:
         return index, columns
 
     def mask_digest(self, mask: np.ndarray) -> bytes:
-        """A short digest of a boolean row mask, the key of per-candidate-set caches."""
+        """A short digest of a boolean row mask, the key of per-candidate-set caches.
+
+        O(rows) — except for a mask passed to ``remember_mask`` before, found by identity.
+        """
+        known = self.known_masks.get(id(mask))
+        if known is not None and known[0] is mask:
+            return known[1]
         return hashlib.blake2b(np.packbits(mask).tobytes(), digest_size=16).digest()
+
+    def remember_mask(self, mask: np.ndarray) -> None:
+        """Digest ``mask`` now and find it by identity from then on (the last 64 masks).
+
+        Only for a mask nobody will write to (a corpus's read-only candidate
+        masks): a mask changed in place after this would keep its old digest,
+        and so its old candidate statistics.
+        """
+        self.known_masks.get_or_make(id(mask), lambda: (mask, hashlib.blake2b(
+            np.packbits(mask).tobytes(), digest_size=16).digest()))
 
     # -- building and persistence -------------------------------------------------
 
