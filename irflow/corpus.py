@@ -21,7 +21,7 @@ import os
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -620,16 +620,17 @@ def _document_vectors(
     return _embedded_vectors(texts, embedder, batch_size=batch_size, progress=progress)
 
 
-def _tokenize(analyzer: Analyzer, texts: Sequence[str], progress: bool, chunk: int = 1024) -> list[list[str]]:
-    """The tokens of every text, in chunks so a progress bar can follow (the same tokens as one call)."""
-    if not progress:
-        return analyzer.tokenize_many(texts)
-    out: list[list[str]] = []
-    with bar(True, "tokenizing", total=len(texts), unit="record", unit_scale=True) as shown:
+def _tokenize(analyzer: Analyzer, texts: Sequence[str], progress: bool, chunk: int = 1024) -> Iterator[list[str]]:
+    """The tokens of every text, streamed chunk by chunk (the same tokens as one call).
+
+    A generator, so the postings builder holds one chunk of token lists at a
+    time, never the whole collection's (several GB of Python lists at 1M
+    records); the chunks also let a progress bar follow.
+    """
+    with bar(progress, "tokenizing", total=len(texts), unit="record", unit_scale=True) as shown:
         for start in range(0, len(texts), chunk):
-            out.extend(analyzer.tokenize_many(texts[start:start + chunk]))
+            yield from analyzer.tokenize_many(texts[start:start + chunk])
             shown.update(min(chunk, len(texts) - start))
-    return out
 
 
 def build(
@@ -668,10 +669,8 @@ def build(
     the_analyzer = get_analyzer(analyzer)
     the_embedder = resolve_embedder(embedder)
     store = CorpusStore.from_records(prepared, name=corpus_name)
-    tokens = _tokenize(the_analyzer, store.texts, progress)
-    with phase(progress, "postings"):
-        postings = Postings.build(tokens)
-    del tokens
+    postings = Postings.build(_tokenize(the_analyzer, store.texts, progress),
+                              second_phase=lambda: phase(progress, "postings"))
     vectors, info = _document_vectors(prepared, store.texts, the_embedder, batch_size=batch_size, progress=progress)
     if root is not None:
         with phase(progress, "writing"):
