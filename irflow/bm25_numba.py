@@ -114,14 +114,15 @@ def _find(post_rows, lo, hi, r):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def topk(los, his, scales, columns, bounds, dense, post_rows, post_tfs, norms, head, mask, kept,
+def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept,
          k, variant, k1, delta, constant, margin, prune, block):  # pragma: no cover - compiled
     """Top ``k`` rows and scores (score desc, row asc) of one query; see the module docstring.
 
-    Terms (canonical order): postings ``post_rows[los[j]:his[j]]``, ``scales[j]`` =
-    weight * (k1 + 1), head column ``columns[j]`` (-1: none), score bound
-    ``bounds[j]``.  ``dense[j]``: 0 walk its postings, 1 a pass over the
-    block's column, 2 its column read at the candidates only (``kept``: the
+    Terms, in canonical order, one row each of ``term_ints`` (lo, hi, column,
+    how) and ``term_floats`` (scale, bound): postings
+    ``post_rows[lo:hi]``, head column (-1: none), scale = weight * (k1 + 1),
+    score bound.  ``how``: 0 walk its postings, 1 a pass over the block's
+    column, 2 its column read at the candidates only (``kept``: the
     candidate rows, ascending; a selective mask).  A non-essential term is
     looked up in its column when it has one, else in its postings.
     ``mask`` (size 0: every row) selects the candidates.  ``constant``
@@ -130,7 +131,13 @@ def topk(los, his, scales, columns, bounds, dense, post_rows, post_tfs, norms, h
     ``block``: rows per block (``BLOCK``; tests use tiny blocks).
     """
     n = norms.size
-    n_terms = los.size
+    n_terms = term_ints.shape[0]
+    los = term_ints[:, 0].copy()
+    his = term_ints[:, 1].copy()
+    columns = term_ints[:, 2].copy()
+    dense = term_ints[:, 3].copy()
+    scales = term_floats[:, 0].copy()
+    bounds = term_floats[:, 1].copy()
     masked = mask.size > 0
     cur = los.copy()
     suffix = np.zeros(n_terms + 1)
