@@ -13,8 +13,10 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from rank_bm25 import BM25L, BM25Okapi, BM25Plus
 
-from irflow import bm25 as bm25_module
 from irflow import postings as postings_module
+from irflow.bm25 import kernel as kernel_module
+from irflow.bm25 import pruning as pruning_module
+from irflow.bm25 import scorer as scorer_module
 from irflow.bm25 import BM25Params, BM25ParamError, bm25_scores, bm25_topk
 from irflow.errors import CorpusError, IrflowError
 from irflow.postings import Postings
@@ -76,7 +78,7 @@ def check_top(rows: np.ndarray, scores: np.ndarray, reference: dict[int, float],
 
 
 try:
-    from irflow import bm25_numba
+    from irflow.bm25 import compiled as bm25_numba
 except ImportError:  # numba not installed: the compiled paths are skipped
     bm25_numba = None
 
@@ -102,22 +104,22 @@ def kernel_paths(path: str) -> Iterator[None]:
         if bm25_numba is None:
             pytest.skip("numba is not installed: no compiled kernel to test")
         block, numpy_path = compiled_paths[path]
-        saved_kernel, saved_block = list(bm25_module._COMPILED), bm25_module.COMPILED_BLOCK
-        bm25_module._COMPILED[:] = [bm25_numba]
-        bm25_module.COMPILED_BLOCK = block
+        saved_kernel, saved_block = list(kernel_module._COMPILED), kernel_module.COMPILED_BLOCK
+        kernel_module._COMPILED[:] = [bm25_numba]
+        kernel_module.COMPILED_BLOCK = block
         try:
             with kernel_paths(numpy_path):
-                bm25_module._COMPILED[:] = [bm25_numba]
+                kernel_module._COMPILED[:] = [bm25_numba]
                 yield
         finally:
-            bm25_module._COMPILED[:] = saved_kernel
-            bm25_module.COMPILED_BLOCK = saved_block
+            kernel_module._COMPILED[:] = saved_kernel
+            kernel_module.COMPILED_BLOCK = saved_block
         return
-    names = [(bm25_module, "DENSE_TERM_FRACTION"), (bm25_module, "PRUNE_BUDGET_FRACTION"),
-             (bm25_module, "PRUNE_LIMIT_FRACTION"), (bm25_module, "FULL_SCORE_ROWS"),
+    names = [(scorer_module, "DENSE_TERM_FRACTION"), (pruning_module, "PRUNE_BUDGET_FRACTION"),
+             (pruning_module, "PRUNE_LIMIT_FRACTION"), (pruning_module, "FULL_SCORE_ROWS"),
              (postings_module, "HEAD_TERMS"), (postings_module, "HEAD_MIN_SHARE")]
     saved = tuple(getattr(module, name) for module, name in names)
-    saved_kernel = list(bm25_module._COMPILED)
+    saved_kernel = list(kernel_module._COMPILED)
     settings_for = {
         "default": saved,
         "sparse": (10.0, 10.0, 1.0, 8192, 0, 16),  # no dense terms, no pruning
@@ -132,13 +134,13 @@ def kernel_paths(path: str) -> Iterator[None]:
     }[path]
     for (module, name), value in zip(names, settings_for):
         setattr(module, name, value)
-    bm25_module._COMPILED[:] = [None]  # the numpy paths
+    kernel_module._COMPILED[:] = [None]  # the numpy paths
     try:
         yield
     finally:
         for (module, name), value in zip(names, saved):
             setattr(module, name, value)
-        bm25_module._COMPILED[:] = saved_kernel
+        kernel_module._COMPILED[:] = saved_kernel
 
 
 NUMPY_PATHS = ["default", "sparse", "dense", "dense_scatter", "prune_heads", "prune_postings", "prune_seeded",
@@ -462,18 +464,18 @@ def test_mask_none_equals_all_true() -> None:
 def pruned_answers() -> Iterator[list[bool]]:
     """Record, for each ``_pruned`` call, whether the pruned path answered (not gave up)."""
     answers: list[bool] = []
-    original = bm25_module._Scorer._pruned
+    original = scorer_module._Scorer._pruned
 
     def spy(self, *args, **kwargs):
         rows, scores = original(self, *args, **kwargs)
         answers.append(rows is not None)
         return rows, scores
 
-    bm25_module._Scorer._pruned = spy
+    scorer_module._Scorer._pruned = spy
     try:
         yield answers
     finally:
-        bm25_module._Scorer._pruned = original
+        scorer_module._Scorer._pruned = original
 
 
 def assert_prefixes(postings: Postings, queries, mask, params: BM25Params, ks) -> None:

@@ -90,7 +90,7 @@ def _push(hs, hr, m, k, s, r):  # pragma: no cover - compiled
 
 @njit(inline="always")
 def _contribution(variant, tf, scale, norm, k1, delta):  # pragma: no cover - compiled
-    # The numpy kernel's operations, in its order (irflow.bm25._Scorer._contribution).
+    # The numpy kernel's operations, in its order (irflow.bm25.scorer._Scorer._contribution).
     if variant == BM25L:
         ctd = tf / norm
         return scale * tf * (ctd + delta) / (k1 + ctd + delta)
