@@ -221,10 +221,15 @@ class Postings:
 
         O(rows) — except for a mask passed to ``remember_mask`` before, found by identity.
         """
-        known = self.known_masks.get(id(mask))
-        if known is not None and known[0] is mask:
-            return known[1]
+        known = self.known_digest(mask)
+        if known is not None:
+            return known
         return hashlib.blake2b(np.packbits(mask).tobytes(), digest_size=16).digest()
+
+    def known_digest(self, mask: np.ndarray) -> bytes | None:
+        """The digest of ``mask`` when it was passed to ``remember_mask`` (by identity), else None: O(1)."""
+        known = self.known_masks.get(id(mask))
+        return known[1] if known is not None and known[0] is mask else None
 
     def remember_mask(self, mask: np.ndarray) -> None:
         """Digest ``mask`` now and find it by identity from then on (the last 64 masks).

@@ -78,10 +78,14 @@ def _prepare(postings: Postings, mask: np.ndarray | None, params: BM25Params,
         if not isinstance(stats, BM25Stats):
             raise IrflowError(f"stats must be a BM25Stats (see combine_stats), got {type(stats).__name__}")
         return _Scorer(postings, params, _check_mask(mask, postings.n_rows, "mask"), None, stats)
-    if mask is None and corpus_mask is None:
-        # no caller arrays involved: the scorer itself can be reused across calls
-        return postings.norm_cache.get_or_make(("scorer", params),
-                                            lambda: _Scorer(postings, params, None, None))
+    # No caller arrays, or masks that never change (a corpus's, see Postings.remember_mask): the
+    # scorer, with its statistics, candidate rows and the tokens it has looked up, serves every call
+    mask_key = None if mask is None else postings.known_digest(mask)
+    corpus_key = None if corpus_mask is None else postings.known_digest(corpus_mask)
+    if (mask is None or mask_key is not None) and (corpus_mask is None or corpus_key is not None):
+        stats_mask = mask if params.stats == "candidates" else corpus_mask
+        return postings.stats_cache.get_or_make(
+            ("scorer", params, mask_key, corpus_key), lambda: _Scorer(postings, params, mask, stats_mask))
     mask = _check_mask(mask, postings.n_rows, "mask")
     corpus_mask = _check_mask(corpus_mask, postings.n_rows, "corpus_mask")
     stats_mask = mask if params.stats == "candidates" else corpus_mask

@@ -114,7 +114,7 @@ def _find(post_rows, lo, hi, r):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept,
+def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, kept_head, kept_norms,
          k, variant, k1, delta, constant, margin, prune, block):  # pragma: no cover - compiled
     """Top ``k`` rows and scores (score desc, row asc) of one query; see the module docstring.
 
@@ -123,7 +123,9 @@ def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept,
     ``post_rows[lo:hi]``, head column (-1: none), scale = weight * (k1 + 1),
     score bound.  ``how``: 0 walk its postings, 1 a pass over the block's
     column, 2 its column read at the candidates only (``kept``: the
-    candidate rows, ascending; a selective mask).  A non-essential term is
+    candidate rows, ascending; a selective mask; ``kept_head`` and
+    ``kept_norms``: the head columns and the norms at those rows, read in
+    order instead of gathered, or empty arrays).  A non-essential term is
     looked up in its column when it has one, else in its postings.
     ``mask`` (size 0: every row) selects the candidates.  ``constant``
     (BM25Plus) is added to every score before ranking; ``margin`` the
@@ -152,6 +154,8 @@ def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept,
     touched = np.empty(block, np.int64)
     alive = np.empty(block, np.int64)
     kc = 0  # cursor in kept
+    own = kept_head.shape[1] > 0  # the candidates' own copy of the head columns: read in order
+    at_kept = np.empty(block if own else 0, np.int64)
     e = n_terms
     for b0 in range(0, n, block):
         b1 = min(b0 + block, n)
@@ -165,6 +169,8 @@ def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept,
         k_lo = kc
         if kept.size > 0:
             while kc < kept.size and kept[kc] < b1:
+                if own:
+                    at_kept[kept[kc] - b0] = kc  # where this row's entries are in kept_head
                 kc += 1
         nt = 0
         scan = False
@@ -180,13 +186,13 @@ def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept,
                 scan = True
                 continue
             if dense[j] == 2:  # the candidates' column entries only (a selective mask)
-                col = head[columns[j]]
+                col = kept_head[columns[j]] if own else head[columns[j]]
                 for i in range(k_lo, kc):
                     r = kept[i]
-                    tf = col[r]
+                    tf = col[i] if own else col[r]
                     if tf > 0:
                         x = r - b0
-                        acc[x] += _contribution(variant, tf, scale, norms[r], k1, delta)
+                        acc[x] += _contribution(variant, tf, scale, kept_norms[i] if own else norms[r], k1, delta)
                         touched[nt] = x
                         nt += 1 - flag[x]
                         flag[x] = 1
@@ -221,10 +227,10 @@ def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept,
                     n_alive += (flag[x] != 0) & ((acc[x] + rest >= floor) | (not check))
         else:
             floor = limit if check else -np.inf
-            for t in range(nt):
+            for t in range(nt):  # rows reached through postings or the candidates: all in the mask
                 x = touched[t]
                 alive[n_alive] = x
-                n_alive += (not masked or mask[b0 + x]) & ((acc[x] + rest >= floor) | (not check))
+                n_alive += (acc[x] + rest >= floor) | (not check)
         for t in range(n_alive):
             flag[alive[t]] = 2
         # the non-essential terms, in order, added to the alive rows only
@@ -240,12 +246,20 @@ def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept,
                 scan = True
                 continue
             if c >= 0:
-                col = head[c]
-                for t in range(n_alive):
-                    x = alive[t]
-                    tf = col[b0 + x]
-                    if tf > 0:
-                        acc[x] += _contribution(variant, tf, scale, norms[b0 + x], k1, delta)
+                if own:  # alive rows are candidates: read the candidates' copy, not gather the column
+                    col = kept_head[c]
+                    for t in range(n_alive):
+                        x = alive[t]
+                        tf = col[at_kept[x]]
+                        if tf > 0:
+                            acc[x] += _contribution(variant, tf, scale, kept_norms[at_kept[x]], k1, delta)
+                else:
+                    col = head[c]
+                    for t in range(n_alive):
+                        x = alive[t]
+                        tf = col[b0 + x]
+                        if tf > 0:
+                            acc[x] += _contribution(variant, tf, scale, norms[b0 + x], k1, delta)
                 continue
             i = cur[j]
             h = his[j]
