@@ -261,7 +261,9 @@ class Candidates:
     switched off: it is empty, and a fuse stage ignores it.
 
     Construct with the columns in ranked order (or use :meth:`ranked` to sort
-    by score); every array is converted once and stored read-only.
+    by score); every array is converted once and stored read-only.  Every
+    built-in stage ranks by score descending, equal scores by corpus row
+    ascending (:meth:`ranked`, :meth:`sorted_by_score`).
     """
 
     queries: QueryBatch = attrs.field(validator=attrs.validators.instance_of(QueryBatch))
@@ -332,14 +334,15 @@ class Candidates:
                provenance: Mapping[str, Any] | None = None) -> "Candidates":
         """A batch from columns in any order: grouped by query, best score first.
 
-        Stable: candidates with equal scores keep their given order.
+        Equal scores go by corpus row, lowest first (then their given order,
+        for a row listed twice).
         """
         query_index = np.asarray(query_index, dtype=np.int32).reshape(-1)
         score = np.asarray(score, dtype=np.float64).reshape(-1)
-        order = np.lexsort((-score, query_index))
+        row = np.asarray(row, dtype=np.int64).reshape(-1)
+        order = np.lexsort((row, -score, query_index))
         columns = {k: np.asarray(v)[order] for k, v in (provenance or {}).items()}
-        return cls(queries, query_index[order], np.asarray(row, dtype=np.int64).reshape(-1)[order],
-                   score[order], scale, columns)
+        return cls(queries, query_index[order], row[order], score[order], scale, columns)
 
     # -- shape ---------------------------------------------------------------
 
@@ -393,13 +396,14 @@ class Candidates:
         return self.take(np.flatnonzero(keep))
 
     def sorted_by_score(self, stable: bool = True) -> "Candidates":
-        """Each query's candidates best score first.
+        """Each query's candidates best score first; equal scores by corpus row, lowest first.
 
-        Stable (always; the argument is kept for readability): candidates with
-        equal scores keep their current order.
+        The tie rule is the kernels' (README, "Ties"), so a re-sort never
+        depends on how the candidates arrived.  Stable beyond it (a row listed
+        twice keeps its order); the argument is kept for compatibility.
         """
         del stable  # lexsort is stable; there is no faster unstable path worth having
-        return self.take(np.lexsort((-self.score, self.query_index)))
+        return self.take(np.lexsort((self.row, -self.score, self.query_index)))
 
     def cut(self, k: int) -> "Candidates":
         """The first ``k`` candidates of each query."""

@@ -3,9 +3,10 @@
 The seed's ``dep_boost``: a :data:`~irflow.constants.ScoreBoost` (``hit ->
 float``; :func:`irflow.boosts.dependency_evidence_boost` builds one) is
 called with each candidate as a :class:`~irflow.records.SearchHit` carrying
-its current score; the value is added and the candidates are re-sorted
-stably.  Scale ``boosted``; provenance ``<stage>.value`` and
-``<stage>.input_score``.  Without a boost the stage passes through.
+its current score; the value is added and the candidates are re-sorted,
+equal scores by corpus row (lowest first, README "Ties").  Scale
+``boosted``; provenance ``<stage>.value`` and ``<stage>.input_score``.
+Without a boost the stage passes through.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ __all__ = ["Boost"]
 @register_stage
 @attrs.frozen
 class Boost(Stage):
-    """Add ``boost(hit)`` to each candidate's score and re-sort stably."""
+    """Add ``boost(hit)`` to each candidate's score and re-sort (ties by row)."""
 
     kind = "boost"
     inputs = (Port("candidates", CANDIDATES, "ranked candidates (reranked, when there is a reranker)"),)

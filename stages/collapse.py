@@ -5,15 +5,18 @@ Merges formulated sub-queries back to their original query
 
 - ``per_artifact = true`` (default): for each original query, the best
   surface of each (source, artifact) — highest score, and on a tie the
-  earlier-ranked surface (earlier sub-query, then better rank) wins;
+  lower corpus row wins;
 - ``per_artifact = false``: each record once, with its best score.
 
-The survivors are sorted by score, stably (equal scores keep the order in
-which their artifact — or record — first appeared), and cut to ``k``.
+A record found by several sub-queries with the same score keeps its earlier
+entry (earlier sub-query, then better rank) for the provenance columns.
+
+The survivors are sorted by score, equal scores by corpus row (lowest
+first: the kernels' rule, README "Ties"), and cut to ``k``.
 
 ``subquery_k`` reproduces the seed's multi-query formulation: when an
 original query was formulated into several texts, each text is a sub-search
-that returns only its best ``subquery_k`` records (sorted by score, stably)
+that returns only its best ``subquery_k`` records (by score, ties by row)
 before the union merges; a query formulated into one text is untouched.
 Vectorized with lexsort; no per-candidate Python loop.  The output's
 queries are the original batch; provenance gains ``<stage>.merged`` (how
@@ -77,17 +80,17 @@ class Collapse(Stage):
         else:
             codes = candidates.row
         position = np.arange(m)
-        # best entry of each (query, key) group: highest score, then earliest position
-        order = np.lexsort((position, -score, codes, origin))
+        row = candidates.row
+        # best entry of each (query, key) group: highest score, then lowest row, then earliest position
+        order = np.lexsort((position, row, -score, codes, origin))
         g_origin, g_code = origin[order], codes[order]
         starts = np.ones(m, dtype=bool)
         starts[1:] = (g_origin[1:] != g_origin[:-1]) | (g_code[1:] != g_code[:-1])
         start_at = np.flatnonzero(starts)
         winners = order[starts]
-        # the group's first appearance breaks score ties between groups (first-seen order)
-        first_seen = np.minimum.reduceat(order, start_at) if m else np.empty(0, np.int64)
         merged = np.diff(np.append(start_at, m))
-        final = np.lexsort((first_seen, -score[winners], origin[winners]))
+        # the winners by score, ties by row (groups hold distinct rows: a total order)
+        final = np.lexsort((row[winners], -score[winners], origin[winners]))
         # the cut to k: position within each original query's (sorted) run
         sorted_origin = origin[winners[final]]
         run_start = np.searchsorted(sorted_origin, sorted_origin, side="left")
@@ -97,11 +100,11 @@ class Collapse(Stage):
         columns[f"{ctx.name}.merged"] = merged[final].astype(np.int32)
         columns[f"{ctx.name}.input_rank"] = candidates.rank[chosen]
         columns[f"{ctx.name}.subquery"] = candidates.query_index[chosen]
-        return Candidates(root, origin[chosen], candidates.row[chosen], score[chosen], candidates.scale, columns)
+        return Candidates(root, origin[chosen], row[chosen], score[chosen], candidates.scale, columns)
 
 
 def _cut_subqueries(candidates: Candidates, k: int) -> Candidates:
-    """Each sub-query text's best ``k`` candidates, best first (stable); other texts untouched.
+    """Each sub-query text's best ``k`` candidates, best first (ties by row); other texts untouched.
 
     A sub-search's own collapse (``per_artifact=false``) sorts its ranking by
     score and cuts it to ``k``; its rows are already distinct.
@@ -111,8 +114,9 @@ def _cut_subqueries(candidates: Candidates, k: int) -> Candidates:
         return candidates
     sub = several[candidates.query_index]
     position = np.arange(len(candidates))
-    # sub-query entries by score (stable), the others keep their order
-    order = np.lexsort((position, np.where(sub, -candidates.score, 0.0), candidates.query_index))
+    # sub-query entries by score, ties by row; the others keep their order
+    order = np.lexsort((position, np.where(sub, candidates.row, 0), np.where(sub, -candidates.score, 0.0),
+                        candidates.query_index))
     ordered = candidates.take(order)
     keep = ~sub[order] | (ordered.rank <= k)
     return ordered if bool(keep.all()) else ordered.select(keep)

@@ -11,9 +11,12 @@ Two methods, with the seed's semantics (``ir.retrieve.search``, hybrid mode):
   ``alpha * cosine + (1 - alpha) * bm25 / (bm25 + bm25_sat_k)``; an absent
   channel, or a BM25 score that is not positive, contributes 0.
 
-The union of the inputs is taken in first-seen order (inputs in declared
-order, each in rank order — dense first in the built-in recipes), then
-sorted by fused score, *stably*: equal scores keep first-seen order.
+The union of the inputs is sorted by fused score, descending; equal scores
+go by corpus row, lowest first (the kernels' rule, README "Ties") — exact
+ties are common in RRF: the top candidate of each channel scores 1/(rrf_k + 1).
+A candidate's contributions are summed in first-seen order (inputs in
+declared order, each in rank order — dense first in the built-in recipes),
+as the seed adds them.
 
 Pass-through rules, per query, as in the seed:
 
@@ -81,7 +84,8 @@ class Fuse(Stage):
     """Fuse several rankings of the same queries by RRF or by a cosine/BM25 blend."""
 
     kind = "fuse"
-    inputs = (Port("inputs", CANDIDATES, "the rankings to fuse, in first-seen order", variadic=True),)
+    inputs = (Port("inputs", CANDIDATES, "the rankings to fuse (rrf: the first passes through when the others "
+                   "are empty)", variadic=True),)
     output = CANDIDATES
 
     method: str = param("rrf", choices=METHODS, doc="rrf (rank-based) or blend (cosine + squashed bm25)")
@@ -224,8 +228,8 @@ class Fuse(Stage):
         g_q = q[representative]
         g_row = row[representative]
         fused_query = passthrough[g_q] < 0
-        # stable sort by fused score: ties keep first-seen order
-        g_order = np.lexsort((representative, -fused, g_q))
+        # by fused score, ties by corpus row (one rule from the kernels to the final hits)
+        g_order = np.lexsort((g_row, -fused, g_q))
         g_order = g_order[fused_query[g_order]]
 
         # pass-through entries: each passing query's input ranking, untouched

@@ -15,9 +15,10 @@ metadata}``, the text chosen by ``text``: ``"surface"`` (the matched
 surface's text), ``"artifact"`` (the artifact's surfaces joined in plan
 order, through the ledger) or a callable ``(corpus, metadata) -> str``;
 cut to ``max_chars``.  The reranker's score replaces the candidate's score
-(scale ``rerank``) and the candidates are re-sorted stably (ties keep the
-first-stage order).  Provenance: ``<stage>.score``, ``<stage>.input_score``
-and ``<stage>.input_rank`` (the first-stage score and rank).
+(scale ``rerank``) and the candidates are re-sorted, equal scores by corpus
+row (lowest first, README "Ties").  Provenance: ``<stage>.score``,
+``<stage>.input_score`` and ``<stage>.input_rank`` (the first-stage score
+and rank).
 """
 
 from __future__ import annotations

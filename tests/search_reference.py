@@ -7,6 +7,10 @@ blend by hand, weights / rerank / boost / collapse by hand, multi-query
 formulation as recursive sub-searches.  It shares nothing with the engine but
 the corpus's stored data (records, vectors, the analyzer, the query embedder)
 and the filter oracle ``filter_reference.matches``.
+
+One deliberate departure from the seed: equal scores go by corpus row, lowest
+first, in every ranking (the seed's fusion and collapse keep first-seen
+order); see README, "Ties".
 """
 
 from __future__ import annotations
@@ -61,8 +65,9 @@ def _hit(corpus: Any, row: int, score: float) -> SearchHit:
                      surface_index=r.surface_index, record_id=r.id)
 
 
-def _stable(pairs: list[tuple[int, float]]) -> list[tuple[int, float]]:
-    return sorted(pairs, key=lambda pair: -pair[1])  # sorted() is stable: ties keep their order
+def _best_first(pairs: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """Best score first; equal scores by corpus row, lowest first (irflow's rule for every stage)."""
+    return sorted(pairs, key=lambda pair: (-pair[1], pair[0]))
 
 
 def candidate_rows(corpus: Any, filter: Any, surfaces: Any) -> list[int]:
@@ -107,7 +112,7 @@ def fuse(dense: list, lexical: list, fusion: str, rrf_k: float, alpha: float, sa
     order: list[int] = []
     score: dict[int, float] = {}
     cos, bm = dict(dense), dict(lexical)
-    for channel in (dense, lexical):  # first-seen order: dense first
+    for channel in (dense, lexical):  # dense first: the order the seed adds the terms in
         for rank, (row, _) in enumerate(channel, start=1):
             if row not in score:
                 order.append(row)
@@ -119,7 +124,7 @@ def fuse(dense: list, lexical: list, fusion: str, rrf_k: float, alpha: float, sa
             lex = bm.get(row)
             lex_term = (1 - alpha) * lex / (lex + sat_k) if lex is not None and lex > 0 else 0.0
             score[row] = (alpha * cos[row] if row in cos else 0.0) + lex_term
-    return _stable([(row, score[row]) for row in order])
+    return _best_first([(row, score[row]) for row in order])
 
 
 def artifact_text(corpus: Any, artifact_id: str) -> str:
@@ -143,9 +148,10 @@ def collapse(corpus: Any, ranked: list[tuple[int, float]], per_artifact: bool, k
     best: dict[Any, tuple[int, float]] = {}
     for row, score in ranked:
         key = (corpus.name, corpus.record(row).artifact_id) if per_artifact else row
-        if key not in best or score > best[key][1]:  # a tie keeps the earlier-ranked surface
+        # a tie goes to the lower row (the same row twice, from two sub-queries: the first kept)
+        if key not in best or (-score, row) < (-best[key][1], best[key][0]):
             best[key] = (row, score)
-    return _stable(list(best.values()))[:k]
+    return _best_first(list(best.values()))[:k]
 
 
 def reference_search(corpus: Any, query: str, *, k: int = 10, filter: Any = None, surfaces: Any = None,
@@ -197,12 +203,12 @@ def _ranked(corpus: Any, query: str, *, k: int, filter: Any, surfaces: Any, per_
     else:
         ranked = fuse(dense, lexical, fusion, rrf_k, alpha, bm25_sat_k)
     if surface_weights:
-        ranked = _stable([(row, score * surface_weights.get(corpus.record(row).surface_kind, 1.0))
+        ranked = _best_first([(row, score * surface_weights.get(corpus.record(row).surface_kind, 1.0))
                           for row, score in ranked])
     ranked = ranked[:fetch]
     if rerank is not None and ranked:
         scores = rerank(query, [segment(corpus, row, rerank_text, rerank_max_chars) for row, _ in ranked])
-        ranked = _stable([(row, float(s)) for (row, _), s in zip(ranked, scores)])
+        ranked = _best_first([(row, float(s)) for (row, _), s in zip(ranked, scores)])
     if dep_boost is not None:
-        ranked = _stable([(row, score + dep_boost(_hit(corpus, row, score))) for row, score in ranked])
+        ranked = _best_first([(row, score + dep_boost(_hit(corpus, row, score))) for row, score in ranked])
     return [_Row(row, score) for row, score in collapse(corpus, ranked, per_artifact, k)]

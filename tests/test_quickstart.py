@@ -61,7 +61,7 @@ def test_the_demo_suggests_a_stage_that_made_the_scores(tmp_path):
     for mode, stage in (("lexical", "lexical"), ("dense", "dense"), ("hybrid", "fuse")):
         lines: list[str] = []
         trace = tmp_path / f"{mode}.jsonl"
-        run_demo(["graph"], mode=mode, k=2, trace_path=trace, echo=lines.append)
+        run_demo(["graph"], mode=mode, k=2, trace_path=trace, echo=lines.append, embedder="hash")
         assert lines[-1].endswith(f"or where the scores come from with `--stage {stage}`"), lines[-1]
         shown = CliRunner().invoke(main, ["trace", "show", str(trace), "--stage", stage])
         assert shown.exit_code == 0 and f"== {stage} ({stage})" in shown.output and "· ran ·" in shown.output
