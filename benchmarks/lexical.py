@@ -19,7 +19,8 @@ tokens.
 Systems, single queries, top 10, interleaved pass by pass:
 
 - ``irflow kernel``: ``bm25_topk`` on the corpus's postings, the kernel this
-  process runs (compiled with numba when installed, see ``irflow.bm25``);
+  process runs (compiled with numba when installed and the corpus has at
+  least 50k records, see ``irflow.bm25.kernel``);
 - ``irflow kernel numpy``: the same with the numpy kernel forced (what an
   install without numba runs);
 - ``irflow search()``: ``irflow.search(corpus, text, mode="lexical", k=10)``
@@ -76,6 +77,7 @@ H.ensure_irflow()
 import irflow  # noqa: E402
 from irflow import bm25 as B  # noqa: E402
 from irflow.bm25 import BM25Params, bm25_topk  # noqa: E402
+from irflow.bm25.kernel import AUTO_MIN_ROWS, KERNEL_ENV  # noqa: E402
 from irflow.postings import Postings  # noqa: E402
 
 DATA = os.environ.get("IRFLOW_DATA") or os.path.join(H.REPO, "..", "shared", "data")
@@ -319,7 +321,8 @@ def same_bits(postings: Postings, queries: Sequence[Sequence[str]], k: int) -> i
     for query in queries:
         with B.use_kernel("numpy"):
             want = bm25_topk(postings, [query], None, k)
-        same += bm25_topk(postings, [query], None, k) == want
+        with B.use_kernel("numba"):
+            same += bm25_topk(postings, [query], None, k) == want
     return same
 
 
@@ -378,7 +381,8 @@ def run_dataset(label: str, spec: dict[str, Any], args: argparse.Namespace) -> d
     data = load(spec)
     docs = data["docs"]
     n_docs = len(docs)
-    print(f"{n_docs} records, {sum(map(len, docs))} tokens (made in {time.perf_counter() - t0:.1f} s)")
+    print(f"{n_docs} records, {sum(map(len, docs))} tokens (made in {time.perf_counter() - t0:.1f} s); "
+          f"irflow's kernel at this size: {B.kernel_name(n_docs)}")
     systems = available(n_docs, args)
     peers: dict[str, Any] = {}
     t0 = time.perf_counter()
@@ -398,7 +402,7 @@ def run_dataset(label: str, spec: dict[str, Any], args: argparse.Namespace) -> d
             worst, same = agreement(corpus.postings, peers["rank_bm25"], queries[:rank_queries], args.k)
             print(f"agreement with rank_bm25 on {rank_queries} {mix} queries: max |irflow - rank_bm25| on the top "
                   f"{args.k} = {worst:.2e}; identical top-{args.k} rows: {same}/{rank_queries}")
-        if B.kernel_name() == "numba":
+        if H.have("numba"):
             print(f"compiled kernel = numpy kernel, rows and bits, on {same_bits(corpus.postings, queries, args.k)}"
                   f"/{len(queries)} {mix} queries")
         runs = searchers(systems, corpus, peers, args.k, texts, queries)
@@ -472,8 +476,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for line in H.machine_lines():
         print(line)
     kernel = B.kernel_name()
-    print(f"irflow BM25 kernel: {kernel}" + (f" (numba {__import__('numba').__version__})" if kernel == "numba"
-                                            else " (numba not installed: pip install 'irflow[fast]')"))
+    print(f"irflow BM25 kernel: {kernel}" + (f" (numba {__import__('numba').__version__}; {KERNEL_ENV}="
+                                             f"{os.environ.get(KERNEL_ENV, '(unset: auto)')}, auto compiles from "
+                                             f"{AUTO_MIN_ROWS} rows)" if kernel == "numba"
+                                             else " (numba not installed: pip install 'irflow[fast]')"))
     versions = [f"{m} {__import__(m).__version__}" for m in ("bm25s", "numba") if H.have(m)]
     print("peers: " + (", ".join(versions) or "(bm25s not installed)") + ", rank_bm25")
     missing = [s for s in SYSTEMS if s in args.systems and s.startswith(("bm25s", "rank")) and

@@ -104,22 +104,18 @@ def kernel_paths(path: str) -> Iterator[None]:
         if bm25_numba is None:
             pytest.skip("numba is not installed: no compiled kernel to test")
         block, numpy_path = compiled_paths[path]
-        saved_kernel, saved_block = list(kernel_module._COMPILED), kernel_module.COMPILED_BLOCK
-        kernel_module._COMPILED[:] = [bm25_numba]
+        saved_block = kernel_module.COMPILED_BLOCK
         kernel_module.COMPILED_BLOCK = block
         try:
-            with kernel_paths(numpy_path):
-                kernel_module._COMPILED[:] = [bm25_numba]
+            with kernel_paths(numpy_path), kernel_module.use_kernel("numba"):
                 yield
         finally:
-            kernel_module._COMPILED[:] = saved_kernel
             kernel_module.COMPILED_BLOCK = saved_block
         return
     names = [(scorer_module, "DENSE_TERM_FRACTION"), (pruning_module, "PRUNE_BUDGET_FRACTION"),
              (pruning_module, "PRUNE_LIMIT_FRACTION"), (pruning_module, "FULL_SCORE_ROWS"),
              (postings_module, "HEAD_TERMS"), (postings_module, "HEAD_MIN_SHARE")]
     saved = tuple(getattr(module, name) for module, name in names)
-    saved_kernel = list(kernel_module._COMPILED)
     settings_for = {
         "default": saved,
         "sparse": (10.0, 10.0, 1.0, 8192, 0, 16),  # no dense terms, no pruning
@@ -134,13 +130,12 @@ def kernel_paths(path: str) -> Iterator[None]:
     }[path]
     for (module, name), value in zip(names, settings_for):
         setattr(module, name, value)
-    kernel_module._COMPILED[:] = [None]  # the numpy paths
     try:
-        yield
+        with kernel_module.use_kernel("numpy"):
+            yield
     finally:
         for (module, name), value in zip(names, saved):
             setattr(module, name, value)
-        kernel_module._COMPILED[:] = saved_kernel
 
 
 NUMPY_PATHS = ["default", "sparse", "dense", "dense_scatter", "prune_heads", "prune_postings", "prune_seeded",

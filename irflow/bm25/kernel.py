@@ -1,7 +1,16 @@
 """Which BM25 kernel scores: the compiled one (numba, when installed) or numpy.
 
-``IRFLOW_BM25_KERNEL`` = "auto" (default: compiled when numba imports),
-"numpy" or "numba" (an error without numba), read once per process;
+``IRFLOW_BM25_KERNEL`` (read once per process):
+
+- ``auto`` (default): the compiled kernel for an index of at least
+  ``AUTO_MIN_ROWS`` rows when numba imports, numpy otherwise.  Below that
+  size numpy answers in well under a millisecond, while the compiled kernel
+  costs its first call in each process about 1.5 s (importing numba, loading
+  the cached machine code; the first call ever on a machine also compiles it,
+  10-20 s) — a loss for a small corpus or a one-shot command;
+- ``numba``: always the compiled kernel (an error without numba);
+- ``numpy``: always numpy.
+
 ``use_kernel`` switches inside a block (benchmarks, tests).  Both kernels
 give the same rows and the same score bits (``tests/test_bm25.py``).
 """
@@ -17,64 +26,76 @@ from typing import Any, Iterator
 from irflow.bm25.params import BM25ParamError
 from irflow.errors import IrflowError
 
-__all__ = ["KERNEL_ENV", "kernel_name", "use_kernel", "compiled_module"]
+__all__ = ["KERNEL_ENV", "KERNELS", "AUTO_MIN_ROWS", "kernel_name", "use_kernel", "compiled_module"]
 
-#: Which kernel scores: "auto" (compiled when numba is installed, else numpy), "numpy" or "numba".
 KERNEL_ENV = "IRFLOW_BM25_KERNEL"
-_COMPILED: list[Any] = []  # resolved once: [module or None]
+KERNELS: tuple[str, ...] = ("auto", "numba", "numpy")
+#: ``auto`` compiles from this many rows up (see the module docstring).
+AUTO_MIN_ROWS = 50_000
 #: Rows per block of the compiled kernel (None: its own ``BLOCK``); tests set tiny blocks.
 COMPILED_BLOCK: int | None = None
 
+_CHOICE: list[str] = []  # the kernel asked for: [one of KERNELS], resolved once
+_MODULE: list[Any] = []  # [irflow.bm25.compiled or None (numba missing or broken)], loaded once
 
-def compiled_module() -> Any:
-    """The compiled kernel module, or None for the numpy paths (``IRFLOW_BM25_KERNEL``; numba installed)."""
-    if _COMPILED:
-        return _COMPILED[0]
-    choice = os.environ.get(KERNEL_ENV, "auto").strip().lower() or "auto"
-    module = None
-    if choice not in ("auto", "numpy", "numba"):
-        warnings.warn(f"{KERNEL_ENV}={choice!r} is not one of auto, numpy, numba; using auto", stacklevel=3)
-        choice = "auto"
-    if choice != "numpy":
+
+def _choice() -> str:
+    if not _CHOICE:
+        choice = os.environ.get(KERNEL_ENV, "auto").strip().lower() or "auto"
+        if choice not in KERNELS:
+            warnings.warn(f"{KERNEL_ENV}={choice!r} is not one of {', '.join(KERNELS)}; using auto", stacklevel=4)
+            choice = "auto"
+        _CHOICE.append(choice)
+    return _CHOICE[0]
+
+
+def _load(required: bool) -> Any:
+    """The compiled module, or None when numba cannot be used (an error when ``required``)."""
+    if not _MODULE:
         try:
-            module = importlib.import_module("irflow.bm25.compiled")
+            _MODULE.append(importlib.import_module("irflow.bm25.compiled"))
         except ImportError as error:
-            if choice == "numba":
-                raise IrflowError(f"{KERNEL_ENV}=numba but numba cannot be imported ({error}); "
-                                  "pip install 'irflow[fast]'") from error
-            module = None
+            if required:
+                raise IrflowError(f"the numba BM25 kernel was asked for ({KERNEL_ENV}=numba) but numba cannot "
+                                  f"be imported ({error}); pip install 'irflow[fast]', or unset {KERNEL_ENV}"
+                                  ) from error
+            _MODULE.append(None)
         except Exception as error:  # a broken numba install (llvmlite mismatch, no cache dir): numpy still works
-            if choice == "numba":
-                raise IrflowError(f"{KERNEL_ENV}=numba but the compiled kernel failed to load: {error}") from error
+            if required:
+                raise IrflowError(f"the numba BM25 kernel was asked for ({KERNEL_ENV}=numba) but it failed to "
+                                  f"load: {error}") from error
             warnings.warn(f"irflow's compiled BM25 kernel failed to load ({error}); using the numpy kernel",
-                          stacklevel=3)
-            module = None
-    _COMPILED.append(module)
-    return module
+                          stacklevel=4)
+            _MODULE.append(None)
+    return _MODULE[0]
 
 
-def kernel_name() -> str:
-    """The kernel that scores in this process: "numba" (compiled) or "numpy"."""
-    return "numpy" if compiled_module() is None else "numba"
+def compiled_module(n_rows: int | None = None) -> Any:
+    """The compiled kernel module for an index of ``n_rows`` rows (None: a large one), or None for numpy."""
+    choice = _choice()
+    if choice == "numpy" or (choice == "auto" and n_rows is not None and n_rows < AUTO_MIN_ROWS):
+        return None
+    return _load(required=choice == "numba")
+
+
+def kernel_name(n_rows: int | None = None) -> str:
+    """The kernel that scores an index of ``n_rows`` rows (None: a large one) here: "numba" or "numpy"."""
+    return "numpy" if compiled_module(n_rows) is None else "numba"
 
 
 @contextlib.contextmanager
 def use_kernel(name: str) -> Iterator[None]:
-    """Score with ``name`` ("numpy", "numba" or "auto") inside the block (benchmarks, tests; not thread-safe).
+    """Score with ``name`` (one of ``KERNELS``) inside the block (benchmarks, tests; not thread-safe).
 
     >>> with use_kernel("numpy"):
     ...     kernel_name()
     'numpy'
     """
-    if name not in ("auto", "numpy", "numba"):
-        raise BM25ParamError(f"kernel must be one of auto, numpy, numba; got {name!r}")
-    saved = list(_COMPILED)
-    _COMPILED.clear()
-    if name == "numpy":
-        _COMPILED.append(None)
-    elif name == "numba":
-        _COMPILED.append(importlib.import_module("irflow.bm25.compiled"))
+    if name not in KERNELS:
+        raise BM25ParamError(f"kernel must be one of {', '.join(KERNELS)}; got {name!r}")
+    saved = _choice()
+    _CHOICE[:] = [name]
     try:
         yield
     finally:
-        _COMPILED[:] = saved
+        _CHOICE[:] = [saved]

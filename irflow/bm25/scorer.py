@@ -66,6 +66,20 @@ _PRUNE_MARGIN = 1e-9
 _NO_ROWS = np.empty(0, dtype=np.int64)
 _NO_ROWS_MASK = np.empty(0, dtype=bool)
 _NO_NORMS = np.empty(0, dtype=np.float64)
+
+
+def _ro(array: np.ndarray) -> np.ndarray:
+    """A read-only view (O(1)): numba compiles writable and read-only arrays apart, so one type serves all."""
+    if not array.flags.writeable:
+        return array
+    view = array.view()
+    view.setflags(write=False)
+    return view
+
+
+def _empty_columns(head: np.ndarray) -> np.ndarray:
+    """No columns, in the head columns' dtype and layout (one compiled signature with or without them)."""
+    return np.empty((head.shape[0], 0), dtype=head.dtype)
 #: Largest copy of the head columns at a filter's candidate rows a scorer keeps (see ``kept_head``).
 KEPT_HEAD_BYTES = 8 << 20
 
@@ -315,7 +329,7 @@ class _Scorer:
             kept = self.kept
             size = self.head.shape[0] * kept.size * self.head.itemsize
             self._kept_head = np.ascontiguousarray(self.head[:, kept]) if 0 < size <= KEPT_HEAD_BYTES \
-                else self.head[:, :0]
+                else _empty_columns(self.head)
         return self._kept_head
 
     @property
@@ -396,7 +410,7 @@ class _Scorer:
         terms, constant = self.terms(tokens)
         if not terms:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
-        compiled = kernel.compiled_module()
+        compiled = kernel.compiled_module(self.postings.n_rows)
         if compiled is not None:
             return self._compiled_top(compiled, terms, k, constant)
         rows, scores = self._pruned(terms, k, constant) if self.prune_ok and len(terms) > 1 else (None, None)
@@ -431,14 +445,14 @@ class _Scorer:
             ints.append((term.lo, term.hi, term.column, how))
             floats.append((term.weight * (self.k1 + 1.0), term.bound))
         p = self.postings
+        mask = _NO_ROWS_MASK if self.mask is None else self.mask
+        kept, kept_head, kept_norms = (self.kept, self.kept_head, self.kept_norms) if via else \
+            (_NO_ROWS, _empty_columns(self.head), _NO_NORMS)
         return compiled.topk(
-            np.array(ints, dtype=np.int64), np.array(floats, dtype=np.float64), p.post_rows, p.post_tfs,
-            self.norms, self.head, _NO_ROWS_MASK if self.mask is None else self.mask,
-            self.kept if via else _NO_ROWS, self.kept_head if via else self.head[:, :0],
-            self.kept_norms if via else _NO_NORMS, int(k),
-            1 if self.variant == "bm25l" else 0, float(self.k1),
-            float(self.delta), float(constant), _PRUNE_MARGIN, bool(self.prune_ok),
-            int(kernel.COMPILED_BLOCK or compiled.BLOCK))
+            _ro(np.array(ints, dtype=np.int64)), _ro(np.array(floats, dtype=np.float64)), _ro(p.post_rows),
+            _ro(p.post_tfs), _ro(self.norms), _ro(self.head), _ro(mask), _ro(kept), _ro(kept_head),
+            _ro(kept_norms), int(k), 1 if self.variant == "bm25l" else 0, float(self.k1), float(self.delta),
+            float(constant), _PRUNE_MARGIN, bool(self.prune_ok), int(kernel.COMPILED_BLOCK or compiled.BLOCK))
 
     def _is_dense(self, term: _Term) -> bool:
         return self.dense_ok and self.size(term) > DENSE_TERM_FRACTION * self.postings.n_rows
