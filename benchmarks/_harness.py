@@ -127,7 +127,7 @@ def interleaved(systems: Mapping[str, tuple[Callable[[int], Any], int, int]],
 
 
 def load_base(checkout: str, module: str) -> Any:
-    """``irflow.<module>`` of another checkout (an older commit: ``git worktree add DIR COMMIT``), for before/after runs.
+    """``irflow.kernels.<module>`` (``irflow.<module>`` before the subpackages) of another checkout (an older commit: ``git worktree add DIR COMMIT``), for before/after runs.
 
     Loaded from its file under another name; its own ``from irflow.x import``
     lines bind to this checkout's modules, so only modules whose neighbours
@@ -135,7 +135,9 @@ def load_base(checkout: str, module: str) -> Any:
     """
     import importlib.util
 
-    path = os.path.join(checkout, "irflow", f"{module}.py")
+    path = os.path.join(checkout, "irflow", "kernels", f"{module}.py")
+    if not os.path.exists(path):  # a checkout from before irflow/ was grouped into subpackages
+        path = os.path.join(checkout, "irflow", f"{module}.py")
     spec = importlib.util.spec_from_file_location(f"irflow_base_{module}", path)
     if spec is None or spec.loader is None:
         raise SystemExit(f"--base: no {path}")

@@ -8,11 +8,11 @@ of the rows (fixed seed) — scattered rows, the worst case for a gather.
 
 Systems, all exact, top 10 by inner product (= cosine):
 
-* irflow — ``irflow.dense.dense_topk(matrix, queries, mask, 10)``: BLAS
+* irflow — ``irflow.kernels.dense.dense_topk(matrix, queries, mask, 10)``: BLAS
   ranks (a matrix-vector product for one query, row tiles of a matrix
   product with a running top-k for a batch; gathered rows under a selective
   filter), then the few candidates get their exact score from the vectors
-  alone (see ``irflow/dense.py``).  The matrix is read-only, as a corpus's
+  alone (see ``irflow/kernels/dense.py``).  The matrix is read-only, as a corpus's
   vectors are, so the rows' norm bound is computed once (before the timings).
 * irflow base — with ``--base DIR`` (a checkout of an older commit, e.g.
   ``git worktree add DIR e714f53``), that commit's ``dense_topk`` on the same
@@ -66,7 +66,7 @@ import _harness as H  # noqa: E402
 
 H.ensure_irflow()
 
-from irflow.dense import dense_topk, row_norm_bound  # noqa: E402
+from irflow.kernels.dense import dense_topk, row_norm_bound  # noqa: E402
 
 FILTERS: tuple[float | None, ...] = (None, 0.01, 0.10, 0.50)
 

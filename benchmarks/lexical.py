@@ -20,7 +20,7 @@ Systems, single queries, top 10, interleaved pass by pass:
 
 - ``irflow kernel``: ``bm25_topk`` on the corpus's postings, the kernel this
   process runs (compiled with numba when installed and the corpus has at
-  least 50k records, see ``irflow.bm25.kernel``);
+  least 50k records, see ``irflow.kernels.bm25.kernel``);
 - ``irflow kernel numpy``: the same with the numpy kernel forced (what an
   install without numba runs);
 - ``irflow search()``: ``irflow.search(corpus, text, mode="lexical", k=10)``
@@ -59,8 +59,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -75,10 +73,10 @@ import zipf_corpus as Z  # noqa: E402
 H.ensure_irflow()
 
 import irflow  # noqa: E402
-from irflow import bm25 as B  # noqa: E402
-from irflow.bm25 import BM25Params, bm25_topk  # noqa: E402
-from irflow.bm25.kernel import AUTO_MIN_ROWS, KERNEL_ENV  # noqa: E402
-from irflow.postings import Postings  # noqa: E402
+from irflow.kernels import bm25 as B  # noqa: E402
+from irflow.kernels.bm25 import BM25Params, bm25_topk  # noqa: E402
+from irflow.kernels.bm25.kernel import AUTO_MIN_ROWS, KERNEL_ENV  # noqa: E402
+from irflow.kernels.postings import Postings  # noqa: E402
 
 DATA = os.environ.get("IRFLOW_DATA") or os.path.join(H.REPO, "..", "shared", "data")
 SCIFACT = os.path.join(DATA, "scifact")
@@ -115,7 +113,7 @@ def legacy_queries(n_queries: int, law: np.ndarray, seed: int) -> list[list[str]
 
 def scifact(path: str, n_queries: int) -> tuple[list[str], list[list[str]], list[str], list[list[str]]]:
     """SciFact's texts (title + text) and tokens, its first queries' texts and tokens ("english" analyzer)."""
-    from irflow.text import get_analyzer
+    from irflow.kernels.text import get_analyzer
 
     analyzer = get_analyzer("english")
     with open(os.path.join(path, "corpus.jsonl"), encoding="utf-8") as f:

@@ -57,7 +57,7 @@ import _harness as H  # noqa: E402
 H.ensure_irflow()
 
 import irflow  # noqa: E402
-from irflow.records import Record  # noqa: E402
+from irflow.store.records import Record  # noqa: E402
 
 KINDS = ("name", "description", "readme_chunk", "deps")
 LENGTHS = {"name": 3, "description": 16, "readme_chunk": 60, "deps": 6}

@@ -13,9 +13,9 @@ lexical, fuse, weight, rerank, boost, collapse, expand) declared in a recipe
 
 from __future__ import annotations
 
-from irflow.batches import Candidates, QueryBatch, Scale
-from irflow.bm25 import BM25Params
-from irflow.constants import (
+from irflow.engine.batches import Candidates, QueryBatch, Scale
+from irflow.kernels.bm25 import BM25Params
+from irflow.api.constants import (
     DFLT_BLEND_ALPHA,
     DFLT_BM25_SAT_K,
     DFLT_RRF_K,
@@ -25,9 +25,9 @@ from irflow.constants import (
     Retriever,
     ScoreBoost,
 )
-from irflow.corpus import Corpus, build, open_corpus
-from irflow.boosts import dependency_evidence_boost
-from irflow.embedders import Embedder, resolve_embedder
+from irflow.store.corpus import Corpus, build, open_corpus
+from irflow.api.boosts import dependency_evidence_boost
+from irflow.kernels.embedders import Embedder, resolve_embedder
 from irflow.errors import (
     AnalyzerError,
     CorpusError,
@@ -43,21 +43,22 @@ from irflow.errors import (
     UnknownFieldWarning,
     UnknownSurfaceWarning,
 )
-from irflow.evaluate import Evaluation, evaluate, evaluate_runs, holdout_split
-from irflow.executor import StageCache
-from irflow.federate import fuse_hits
-from irflow.filters import CompiledFilter, compile_filter
-from irflow.ledger import records_for_artifact
-from irflow.recipe import Recipe, RecipeBuilder, builtin_recipes, load_recipe
-from irflow.records import Record, SearchHit
-from irflow.reranking import Reranker, cross_encoder_reranker, rerank, with_reranker
-from irflow.result import Result
-from irflow.retrieve import SearchError, as_retriever, search
-from irflow.stage import Stage, register_stage, stage_kinds
-from irflow.store import CorpusStore
-from irflow.text import ANALYZERS, Analyzer, get_analyzer
-from irflow.trace import Trace, diff
-from irflow import registry
+from irflow.evaluation.evaluate import Evaluation, evaluate, evaluate_runs, holdout_split
+from irflow.engine.executor import StageCache
+from irflow.api.federate import fuse_hits
+from irflow.kernels.filters import CompiledFilter, compile_filter
+from irflow.store.ledger import records_for_artifact
+from irflow.engine.recipe import Recipe, RecipeBuilder, builtin_recipes, load_recipe
+from irflow.store.records import Record, SearchHit
+from irflow.api.reranking import Reranker, cross_encoder_reranker, rerank, with_reranker
+from irflow.engine.result import Result
+from irflow.api.retrieve import SearchError, as_retriever, search
+from irflow.engine.kinds import register_stage, stage_kinds
+from irflow.engine.stage import Stage
+from irflow.store.record_store import CorpusStore
+from irflow.kernels.text import ANALYZERS, Analyzer, get_analyzer
+from irflow.engine.trace import Trace, diff
+from irflow.engine import registry
 
 __version__ = "0.1.0"
 

@@ -1,9 +1,15 @@
-"""The one exception hierarchy of irflow.
+"""The one exception hierarchy of irflow: every error and warning it issues on purpose, in one place.
 
 Every error irflow raises on purpose is an ``IrflowError``; the children say
 which layer refused what, so callers can catch exactly the failure they can
 handle.  Several also subclass the builtin a Python user would reach for
 first (``ValueError``, ``KeyError``), so ``except ValueError`` keeps working.
+Every warning is an ``IrflowWarning``.
+
+The classes are defined here, at the bottom of the layers, so that any module
+may raise any of them; the module that raises one also re-exports it
+(``irflow.engine.trace.TraceError`` is ``irflow.errors.TraceError``).  README's
+"Errors" table lists them all, with where they are raised and what they carry.
 """
 
 from __future__ import annotations
@@ -42,11 +48,13 @@ class RecipeError(IrflowError, ValueError):
         self.problems: tuple[str, ...] = tuple(problems)
         self.source = source
         where = f" in {source}" if source else ""
-        if len(self.problems) == 1:
-            message = f"invalid recipe{where}: {self.problems[0]}"
+        # each problem names its file (problems are also read one by one); the message names it once
+        shown = [p[len(source) + 2:] if source and p.startswith(f"{source}: ") else p for p in self.problems]
+        if len(shown) == 1:
+            message = f"invalid recipe{where}: {shown[0]}"
         else:
-            lines = "\n".join(f"  - {p}" for p in self.problems)
-            message = f"invalid recipe{where}: {len(self.problems)} problems\n{lines}"
+            lines = "\n".join(f"  - {p}" for p in shown)
+            message = f"invalid recipe{where}: {len(shown)} problems\n{lines}"
         super().__init__(message)
 
 
@@ -140,6 +148,93 @@ class NoLedgerEntry(IrflowError, KeyError):
         return str(self.args[0]) if self.args else "no ledger entry"
 
 
+# -- kernels -----------------------------------------------------------------------------------
+
+
+class BM25ParamError(IrflowError, ValueError):
+    """A BM25 parameter is unknown or out of range."""
+
+
+# -- engine ------------------------------------------------------------------------------------
+
+
+class UnknownEntry(IrflowError, KeyError):
+    """A recipe names a registry entry the application did not register."""
+
+    def __str__(self) -> str:  # KeyError would quote the sentence
+        return str(self.args[0]) if self.args else "unknown registry entry"
+
+
+class TraceError(InputError):
+    """A trace file is unreadable or malformed, or a trace operation got an unusable argument.
+
+    An :class:`InputError` (so a ``ValueError``); names the file, the line and the fix.
+    """
+
+
+class TraceFileNotFound(TraceError, FileNotFoundError):
+    """The trace file does not exist (also a ``FileNotFoundError``)."""
+
+
+class NotInTrace(IrflowError, KeyError):
+    """A stage, query or record the caller named is not in the trace."""
+
+    def __str__(self) -> str:  # KeyError would quote the sentence
+        return str(self.args[0]) if self.args else "not in the trace"
+
+
+# -- stages ------------------------------------------------------------------------------------
+
+
+class FormulateError(IrflowError, TypeError):
+    """A formulator returned something other than a string or a sequence of strings."""
+
+
+class WeightError(IrflowError, ValueError):
+    """Surface weights that are not a mapping of kind -> finite non-negative number."""
+
+
+class BoostError(IrflowError, ValueError):
+    """A boost parameter is invalid (a weight, a saturation, a library name), or a boost returned a non-number."""
+
+
+# -- the seed API ------------------------------------------------------------------------------
+
+
+class SearchError(IrflowError, ValueError):
+    """An argument of ``search()`` / ``as_retriever()`` is invalid (names the valid choices)."""
+
+
+class FusionError(IrflowError, ValueError):
+    """An argument of :func:`irflow.fuse_hits` is invalid (source keys, weights, identity, k)."""
+
+
+class RerankError(IrflowError, ValueError):
+    """A reranker returned unusable scores, or a reranking argument is invalid."""
+
+
+class RerankerUnavailable(IrflowError, ImportError):
+    """The optional package a reranker needs (sentence-transformers) is not installed."""
+
+
+# -- evaluation --------------------------------------------------------------------------------
+
+
+class DatasetError(InputError):
+    """A collection, qrels or run file is missing or malformed; names the file and line (an InputError)."""
+
+
+class EvaluationError(IrflowError, ValueError):
+    """A metric name, a run or a set of qrels cannot be evaluated; says what to fix."""
+
+
+class SignificanceError(IrflowError, ValueError):
+    """Inputs of a significance test are unusable (unpaired queries, bad parameters)."""
+
+
+# -- warnings ----------------------------------------------------------------------------------
+
+
 class IrflowWarning(UserWarning):
     """Base class of every warning irflow issues: something ran, but probably not as meant."""
 
@@ -154,3 +249,7 @@ class UnknownSurfaceWarning(IrflowWarning):
 
 class RerankerUnavailableWarning(IrflowWarning):
     """The cross-encoder reranker's optional dependency is missing; the first-stage ranking is kept."""
+
+
+class LedgerWarning(IrflowWarning):
+    """Expansion skipped ledger entries it could not resolve (a stale ledger, or no entry at all)."""

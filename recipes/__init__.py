@@ -1,7 +1,7 @@
 """Built-in recipes (installed as ``irflow.recipes``).
 
 The recipe files live next to this module, each as ``.toml`` and ``.yaml`` —
-``dense``, ``lexical``, ``hybrid``, ``search`` (what ``irflow.retrieve.search()``
+``dense``, ``lexical``, ``hybrid``, ``search`` (what ``irflow.api.retrieve.search()``
 runs), ``hybrid-rerank`` (hybrid, then a reranker) and ``expand-rerank``
 (retrieve -> expand -> rerank) — and load by name with
 ``irflow.load_recipe("hybrid")``.  :mod:`irflow.recipes.builders` makes the

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from irflow.recipe import Recipe, RecipeBuilder, ref
+from irflow.engine.recipe import Recipe, RecipeBuilder, ref
 
 __all__ = ["hybrid", "dense", "lexical", "search", "hybrid_rerank", "expand_rerank", "BUILDERS"]
 
@@ -64,7 +64,7 @@ def lexical() -> Recipe:
 
 
 def search() -> Recipe:
-    """The seed's ``search()`` as a recipe: what :func:`irflow.retrieve.search` runs.
+    """The seed's ``search()`` as a recipe: what :func:`irflow.api.retrieve.search` runs.
 
     formulate -> filter -> dense and/or lexical (by ``mode``) -> fuse ->
     weight (surface weights, cut to the fetch depth) -> rerank -> boost ->

@@ -3,7 +3,7 @@
 Importing this package registers the built-in kinds: formulate, filter,
 dense, lexical, fuse, weight, rerank, boost, collapse, expand.  The engine imports
 it lazily at the first kind lookup; third-party kinds register through the
-entry-point group ``irflow.stages`` or :func:`irflow.stage.register_stage`.
+entry-point group ``irflow.stages`` or :func:`irflow.engine.stage.register_stage`.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from irflow.batches import Candidates, QueryBatch, Scale
+from irflow.engine import Candidates, QueryBatch, Scale
 
 
 def unique_texts(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:

@@ -1,8 +1,8 @@
 """boost: add a structural score to each candidate, after the reranker, before the collapse.
 
-The seed's ``dep_boost``: a :data:`~irflow.constants.ScoreBoost` (``hit ->
-float``; :func:`irflow.boosts.dependency_evidence_boost` builds one) is
-called with each candidate as a :class:`~irflow.records.SearchHit` carrying
+The seed's ``dep_boost``: a :data:`~irflow.api.constants.ScoreBoost` (``hit ->
+float``; :func:`irflow.api.boosts.dependency_evidence_boost` builds one) is
+called with each candidate as a :class:`~irflow.store.records.SearchHit` carrying
 its current score; the value is added and the candidates are re-sorted,
 equal scores by corpus row (lowest first, README "Ties").  Scale
 ``boosted``; provenance ``<stage>.value`` and ``<stage>.input_score``.
@@ -17,11 +17,9 @@ from typing import Any
 import attrs
 import numpy as np
 
-from irflow import registry
-from irflow.batches import Candidates, Scale
-from irflow.boosts import BoostError
-from irflow.ports import CANDIDATES, Port
-from irflow.stage import Stage, StageContext, Upstream, is_finite, param, register_stage
+from irflow.engine import CANDIDATES, Candidates, Port, Scale, Stage, StageContext, Upstream, is_finite, param, \
+    register_stage, registry
+from irflow.errors import BoostError
 
 from ._util import callable_or_name
 
@@ -50,9 +48,8 @@ class Boost(Stage):
         boost = registry.resolve(self.boost, what="score boost")
         if boost is None:
             return candidates
-        hit = ctx.corpus.hit
         # a ScoreBoost is a per-hit Python callable; the fetched list is small
-        returned = [boost(hit(row, score)) for row, score in zip(candidates.row.tolist(), candidates.score.tolist())]
+        returned = [boost(hit) for hit in ctx.corpus.hits(candidates.row, candidates.score)]
         values = np.zeros(len(returned), dtype=np.float64)
         for i, value in enumerate(returned):
             # a number, and one a float holds: a string, None, a list or 10**400 is the boost's bug, named

@@ -33,9 +33,8 @@ from collections.abc import Mapping
 import attrs
 import numpy as np
 
-from irflow.batches import Candidates, Scale
-from irflow.ports import CANDIDATES, Port
-from irflow.stage import Stage, StageContext, Upstream, boolean, param, positive_int, register_stage
+from irflow.engine import CANDIDATES, Candidates, Port, Scale, Stage, StageContext, Upstream, boolean, param, \
+    positive_int, register_stage
 
 from ._util import several_texts
 
@@ -74,7 +73,7 @@ class Collapse(Stage):
         origin = candidates.origin_index.astype(np.int64)
         score = candidates.score
         if self.per_artifact and m:
-            artifacts = np.asarray(ctx.corpus.artifact_ids)[candidates.row]
+            artifacts = ctx.corpus.artifact_ids_of(candidates.row)
             _, codes = np.unique(artifacts, return_inverse=True)
             codes = codes.reshape(-1).astype(np.int64)
         else:

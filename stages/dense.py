@@ -19,9 +19,8 @@ from collections.abc import Mapping
 import attrs
 import numpy as np
 
-from irflow.batches import Candidates, QueryBatch, Scale
-from irflow.ports import CANDIDATES, MASK, QUERIES, Port
-from irflow.stage import Stage, StageContext, Upstream, param, positive_int, register_stage
+from irflow.engine import CANDIDATES, MASK, QUERIES, Candidates, Port, QueryBatch, Scale, Stage, StageContext, \
+    Upstream, param, positive_int, register_stage
 
 from ._util import channel, cut_per_text, empty_channel, fetch_depth, spread, unique_texts
 

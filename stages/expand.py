@@ -4,10 +4,10 @@ The stage behind retrieve -> expand -> rerank: every candidate (a hit) brings
 in the other surfaces of its artifact — all of them, or the neighbours within
 ``window`` plan positions — optionally only surfaces of ``surface_kind``, so
 that a reranker downstream judges the chunks around each hit, not only the
-hit.  The rules are those of :mod:`irflow.expand` (ledger-backed, overlapping
+hit.  The rules are those of :mod:`irflow.store.expansion` (ledger-backed, overlapping
 windows merged, artifacts in the order of their best hit, each artifact's
 surfaces in plan order; tombstoned siblings skipped; a stale ledger entry
-skipped with one :class:`~irflow.expand.LedgerWarning` naming the record,
+skipped with one :class:`~irflow.errors.LedgerWarning` naming the record,
 because one torn artifact must not fail a search).
 
 Scores: a sibling carries the score of the hit that brought it (the
@@ -33,12 +33,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import attrs
-import numpy as np
 
-from irflow.batches import Candidates, Scale, fill_value
-from irflow.expand import expand_rows, kinds_tuple
-from irflow.ports import CANDIDATES, Port
-from irflow.stage import Stage, StageContext, Upstream, non_negative_int, optional_str_list, param, register_stage
+from irflow.engine import CANDIDATES, Candidates, Port, Scale, Stage, StageContext, Upstream, fill_value, \
+    non_negative_int, optional_str_list, param, register_stage
+from irflow.store.expansion import expand_rows, kinds_tuple
 
 __all__ = ["Expand"]
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import attrs
 
-from irflow.ports import MASK
-from irflow.stage import Stage, StageContext, optional_mapping, optional_str_list, param, register_stage
+from irflow.engine import MASK, Stage, StageContext, optional_mapping, optional_str_list, param, register_stage
+from irflow.kernels.filters import normalize_filter
 
 __all__ = ["Filter"]
 
@@ -34,10 +34,6 @@ def _surfaces(value: Any) -> Any:
 def _filter_spec(instance: Any, attribute: Any, value: Any) -> None:
     optional_mapping(instance, attribute, value)
     if value is None:
-        return
-    try:
-        from irflow.filters import normalize_filter
-    except ImportError:  # pragma: no cover - the filter language ships with irflow
         return
     normalize_filter(value)  # FilterError (a ValueError) names the operator, its path and the valid ones
 

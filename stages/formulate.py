@@ -20,19 +20,12 @@ from typing import Any
 
 import attrs
 
-from irflow import registry
-from irflow.batches import QueryBatch
-from irflow.errors import IrflowError
-from irflow.ports import QUERIES, QUERY, Port
-from irflow.stage import Stage, StageContext, param, register_stage
+from irflow.engine import QUERIES, QUERY, Port, QueryBatch, Stage, StageContext, param, register_stage, registry
+from irflow.errors import FormulateError
 
 from ._util import callable_or_name
 
 __all__ = ["Formulate", "FormulateError", "formulated_texts"]
-
-
-class FormulateError(IrflowError, TypeError):
-    """A formulator returned something other than a string or a sequence of strings."""
 
 
 def formulated_texts(formulator: Callable[[str], Any], query: str) -> list[str]:

@@ -45,25 +45,15 @@ from typing import Any
 import attrs
 import numpy as np
 
-from irflow.batches import Candidates, Scale, fill_value
-from irflow.constants import DFLT_BLEND_ALPHA, DFLT_BM25_SAT_K, DFLT_RRF_K
+from irflow.engine import CANDIDATES, Candidates, Port, Scale, Stage, StageContext, Upstream, fill_value, \
+    non_negative_number, number_mapping, param, positive_number, register_stage
 from irflow.errors import StageError
-from irflow.ports import CANDIDATES, Port
-from irflow.stage import (
-    Stage,
-    StageContext,
-    Upstream,
-    non_negative_number,
-    number_mapping,
-    param,
-    positive_number,
-    register_stage,
-)
+from irflow.kernels.fusion import DFLT_BLEND_ALPHA, DFLT_BM25_SAT_K, DFLT_RRF_K, FUSIONS
 
 __all__ = ["Fuse", "METHODS"]
 
 #: Fusion methods (the seed's FUSIONS).
-METHODS: tuple[str, ...] = ("rrf", "blend")
+METHODS: tuple[str, ...] = FUSIONS
 
 
 def _unit_interval(instance: Any, attribute: Any, value: Any) -> None:
@@ -176,52 +166,16 @@ class Fuse(Stage):
 
     def _fuse(self, name: str, names: list[str], batches: list[Candidates], passthrough: np.ndarray,
               cos_j: int, bm_j: int) -> Candidates:
-        queries = batches[0].queries
-        n_inputs = len(batches)
-        sizes = np.array([len(b) for b in batches])
-        # every entry of every input, concatenated in declared order
-        src = np.repeat(np.arange(n_inputs), sizes)
-        local = np.concatenate([np.arange(s) for s in sizes])
-        q = np.concatenate([b.query_index for b in batches]).astype(np.int64)
-        row = np.concatenate([b.row for b in batches])
-        rank = np.concatenate([b.rank for b in batches]).astype(np.int64)
-        score = np.concatenate([b.score for b in batches])
-
-        # first-seen order: by query, then input (declared order), then rank
-        seen = np.lexsort((rank, src, q))
-        q, row, rank, score, src, local = q[seen], row[seen], rank[seen], score[seen], src[seen], local[seen]
-        m = q.size
-        position = np.arange(m)
-        # group entries by (query, row); within a group, by first-seen position
-        by_key = np.lexsort((position, row, q))
-        key_q, key_row, key_src = q[by_key], row[by_key], src[by_key]
-        starts = np.ones(m, dtype=bool)
-        starts[1:] = (key_q[1:] != key_q[:-1]) | (key_row[1:] != key_row[:-1])
-        group_sorted = np.cumsum(starts) - 1
-        group = np.empty(m, dtype=np.int64)
-        group[by_key] = group_sorted
-        # a row listed twice by one input counts once (its best-ranked entry)
-        duplicate_sorted = np.zeros(m, dtype=bool)
-        duplicate_sorted[1:] = ~starts[1:] & (key_src[1:] == key_src[:-1])
-        valid = np.ones(m, dtype=bool)
-        valid[by_key[duplicate_sorted]] = False
-        n_groups = int(starts.sum())
-        representative = by_key[starts]  # first-seen entry of each group (positions in seen order)
+        e = _Entries.of(batches)
+        q, row, rank, score, src, group, valid, representative = (
+            e.q, e.row, e.rank, e.score, e.src, e.group, e.valid, e.representative)
+        n_groups = representative.size
 
         # contributions, accumulated in first-seen order (dense before lexical, as the seed adds them)
         if self.method == "blend":
-            contribution = np.zeros(m)
-            is_cos = src == cos_j
-            contribution[is_cos] = self.alpha * score[is_cos]
-            is_bm = (src == bm_j) & (score > 0)
-            bm = score[is_bm]
-            contribution[is_bm] = (1.0 - self.alpha) * bm / (bm + self.bm25_sat_k)
-            scale = Scale.BLEND
+            contribution, scale = self._blend_contributions(src, score, cos_j, bm_j), Scale.BLEND
         else:
-            weights = np.array([float((self.weights or {}).get(n, 1.0)) for n in names])
-            # float first: a Python int rrf_k beyond int64 (10**30) must not meet numpy's int arithmetic
-            contribution = weights[src] / (float(self.rrf_k) + rank)
-            scale = Scale.RRF
+            contribution, scale = self._rrf_contributions(names, src, rank), Scale.RRF
         contribution[~valid] = 0.0
         fused = np.bincount(group, weights=contribution, minlength=n_groups)
 
@@ -253,38 +207,28 @@ class Fuse(Stage):
         # (entries of a passed-through query from another input, and duplicates, stay at -1)
         out_pos = np.where(valid, out_of_group[group], -1)
         out_pos[pt_idx] = inverse_final[n_fused:]
-        reached = out_pos >= 0
-        n_out = out_q.size
 
-        columns: dict[str, np.ndarray] = {}
-        # carried columns: scatter each input's values, last input first so the first input wins
-        carried: dict[str, list[int]] = {}
-        for j, batch in enumerate(batches):
-            for column in batch.provenance:
-                carried.setdefault(column, []).append(j)
-        for column, holders in carried.items():
-            dtype = np.result_type(*[batches[j].provenance[column].dtype for j in holders])
-            out = np.full(n_out, fill_value(dtype), dtype=dtype)
-            for j in reversed(holders):
-                sel = reached & (src == j)
-                out[out_pos[sel]] = batches[j].provenance[column][local[sel]]
-            columns[column] = out
-        for j, input_name in enumerate(names):
-            sel = reached & (src == j)
-            s = np.full(n_out, np.nan)
-            r = np.zeros(n_out, dtype=np.int32)
-            c = np.zeros(n_out)
-            s[out_pos[sel]] = score[sel]
-            r[out_pos[sel]] = rank[sel]
-            c[out_pos[sel]] = contribution[sel]
-            c[is_pt] = np.nan  # nothing was fused for a passed-through query
-            columns[f"{name}.{input_name}.score"] = s
-            columns[f"{name}.{input_name}.rank"] = r
-            columns[f"{name}.{input_name}.contribution"] = c
-        columns[f"{name}.passthrough"] = is_pt
-        result = Candidates(queries, out_q, out_row, out_score, self._scale(scale, passthrough, batches, out_q),
-                            columns)
+        columns = _provenance(name, names, batches, e, contribution, out_pos, is_pt)
+        result = Candidates(batches[0].queries, out_q, out_row, out_score,
+                            self._scale(scale, passthrough, batches, out_q), columns)
         return result.with_provenance({f"{name}.score": result.score, f"{name}.rank": result.rank})
+
+    def _blend_contributions(self, src: np.ndarray, score: np.ndarray, cos_j: int, bm_j: int) -> np.ndarray:
+        """blend: ``alpha * cosine`` for the cosine input, ``(1 - alpha) * bm25 / (bm25 + bm25_sat_k)`` for the
+        bm25 input (a score that is not positive contributes 0)."""
+        contribution = np.zeros(src.size)
+        is_cos = src == cos_j
+        contribution[is_cos] = self.alpha * score[is_cos]
+        is_bm = (src == bm_j) & (score > 0)
+        bm = score[is_bm]
+        contribution[is_bm] = (1.0 - self.alpha) * bm / (bm + self.bm25_sat_k)
+        return contribution
+
+    def _rrf_contributions(self, names: list[str], src: np.ndarray, rank: np.ndarray) -> np.ndarray:
+        """rrf: ``weight[input] / (rrf_k + rank)`` per entry."""
+        weights = np.array([float((self.weights or {}).get(n, 1.0)) for n in names])
+        # float first: a Python int rrf_k beyond int64 (10**30) must not meet numpy's int arithmetic
+        return weights[src] / (float(self.rrf_k) + rank)
 
     @staticmethod
     def _scale(fused: Scale, passthrough: np.ndarray, batches: list[Candidates], out_q: np.ndarray) -> Scale:
@@ -294,3 +238,87 @@ class Fuse(Stage):
         sources = np.unique(passthrough[present]).tolist()  # at most one per input, plus -1
         scales = {fused if j < 0 else batches[j].scale for j in sources}
         return scales.pop() if len(scales) == 1 else Scale.MIXED
+
+
+@attrs.frozen
+class _Entries:
+    """Every entry of every input, in first-seen order (query, then input in declared order, then rank),
+    with its (query, row) group; ``valid`` is False for a row an input lists twice (its worse entries)."""
+
+    q: np.ndarray
+    row: np.ndarray
+    rank: np.ndarray
+    score: np.ndarray
+    src: np.ndarray  # the input of each entry
+    local: np.ndarray  # its position in that input
+    group: np.ndarray
+    valid: np.ndarray
+    representative: np.ndarray  # the first-seen entry of each group
+
+    @classmethod
+    def of(cls, batches: list[Candidates]) -> "_Entries":
+        n_inputs = len(batches)
+        sizes = np.array([len(b) for b in batches])
+        # every entry of every input, concatenated in declared order
+        src = np.repeat(np.arange(n_inputs), sizes)
+        local = np.concatenate([np.arange(s) for s in sizes])
+        q = np.concatenate([b.query_index for b in batches]).astype(np.int64)
+        row = np.concatenate([b.row for b in batches])
+        rank = np.concatenate([b.rank for b in batches]).astype(np.int64)
+        score = np.concatenate([b.score for b in batches])
+
+        # first-seen order: by query, then input (declared order), then rank
+        seen = np.lexsort((rank, src, q))
+        q, row, rank, score, src, local = q[seen], row[seen], rank[seen], score[seen], src[seen], local[seen]
+        m = q.size
+        position = np.arange(m)
+        # group entries by (query, row); within a group, by first-seen position
+        by_key = np.lexsort((position, row, q))
+        key_q, key_row, key_src = q[by_key], row[by_key], src[by_key]
+        starts = np.ones(m, dtype=bool)
+        starts[1:] = (key_q[1:] != key_q[:-1]) | (key_row[1:] != key_row[:-1])
+        group_sorted = np.cumsum(starts) - 1
+        group = np.empty(m, dtype=np.int64)
+        group[by_key] = group_sorted
+        # a row listed twice by one input counts once (its best-ranked entry)
+        duplicate_sorted = np.zeros(m, dtype=bool)
+        duplicate_sorted[1:] = ~starts[1:] & (key_src[1:] == key_src[:-1])
+        valid = np.ones(m, dtype=bool)
+        valid[by_key[duplicate_sorted]] = False
+        representative = by_key[starts]  # first-seen entry of each group (positions in seen order)
+        return cls(q, row, rank, score, src, local, group, valid, representative)
+
+
+def _provenance(name: str, names: list[str], batches: list[Candidates], e: _Entries, contribution: np.ndarray,
+                out_pos: np.ndarray, is_pt: np.ndarray) -> dict[str, np.ndarray]:
+    """The output's provenance: the inputs' columns carried (the first input holding a candidate wins), and per
+    input its score, rank and contribution; ``out_pos`` is each entry's output position (-1: not in the output)."""
+    reached = out_pos >= 0
+    n_out = is_pt.size
+    columns: dict[str, np.ndarray] = {}
+    # carried columns: scatter each input's values, last input first so the first input wins
+    carried: dict[str, list[int]] = {}
+    for j, batch in enumerate(batches):
+        for column in batch.provenance:
+            carried.setdefault(column, []).append(j)
+    for column, holders in carried.items():
+        dtype = np.result_type(*[batches[j].provenance[column].dtype for j in holders])
+        out = np.full(n_out, fill_value(dtype), dtype=dtype)
+        for j in reversed(holders):
+            sel = reached & (e.src == j)
+            out[out_pos[sel]] = batches[j].provenance[column][e.local[sel]]
+        columns[column] = out
+    for j, input_name in enumerate(names):
+        sel = reached & (e.src == j)
+        s = np.full(n_out, np.nan)
+        r = np.zeros(n_out, dtype=np.int32)
+        c = np.zeros(n_out)
+        s[out_pos[sel]] = e.score[sel]
+        r[out_pos[sel]] = e.rank[sel]
+        c[out_pos[sel]] = contribution[sel]
+        c[is_pt] = np.nan  # nothing was fused for a passed-through query
+        columns[f"{name}.{input_name}.score"] = s
+        columns[f"{name}.{input_name}.rank"] = r
+        columns[f"{name}.{input_name}.contribution"] = c
+    columns[f"{name}.passthrough"] = is_pt
+    return columns

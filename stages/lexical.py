@@ -20,9 +20,9 @@ from typing import Any
 import attrs
 import numpy as np
 
-from irflow.batches import Candidates, QueryBatch, Scale
-from irflow.ports import CANDIDATES, MASK, QUERIES, Port
-from irflow.stage import Stage, StageContext, Upstream, optional_mapping, param, positive_int, register_stage
+from irflow.engine import CANDIDATES, MASK, QUERIES, Candidates, Port, QueryBatch, Scale, Stage, StageContext, \
+    Upstream, optional_mapping, param, positive_int, register_stage
+from irflow.kernels.bm25 import BM25Params
 
 from ._util import channel, cut_per_text, empty_channel, fetch_depth, spread, unique_texts
 
@@ -32,10 +32,6 @@ __all__ = ["Lexical"]
 def _bm25_spec(instance: Any, attribute: Any, value: Any) -> None:
     optional_mapping(instance, attribute, value)
     if value is None:
-        return
-    try:
-        from irflow.bm25 import BM25Params
-    except ImportError:  # pragma: no cover - the kernel ships with irflow
         return
     BM25Params.from_mapping(value)  # BM25ParamError (a ValueError) names the valid keys and ranges
 

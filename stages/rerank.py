@@ -1,6 +1,6 @@
 """rerank: re-score each query's candidates with a reranker — the precision stage.
 
-The seed's ``rerank`` hook.  The reranker is any :class:`irflow.reranking.Reranker`
+The seed's ``rerank`` hook.  The reranker is any :class:`irflow.api.reranking.Reranker`
 (``(query, segments) -> one score per segment``): a Python callable, the name
 of an :mod:`irflow.registry` entry, or ``"cross-encoder"`` /
 ``"cross-encoder:<model>"`` for the sentence-transformers cross-encoder,
@@ -31,13 +31,11 @@ from typing import Any
 import attrs
 import numpy as np
 
-from irflow import registry
-from irflow.batches import Candidates, Scale
-from irflow.errors import NoLedgerEntry, RerankerUnavailableWarning
-from irflow.extras import install_hint
-from irflow.ports import CANDIDATES, Port
-from irflow.reranking import DEFAULT_CROSS_ENCODER, cross_encoder_reranker, score_segments
-from irflow.stage import Stage, StageContext, Upstream, param, positive_int, register_stage
+from irflow.engine import CANDIDATES, Candidates, CorpusProtocol, Port, Scale, Stage, StageContext, Upstream, param, \
+    positive_int, register_stage, registry
+from irflow.errors import RerankerUnavailableWarning
+from irflow.kernels.rerankers import DEFAULT_CROSS_ENCODER, cross_encoder_reranker, score_segments
+from irflow.util.extras import install_hint
 
 from ._util import callable_or_name
 
@@ -65,7 +63,7 @@ def resolve_reranker(spec: Any) -> Any:
     """The reranker ``spec`` names: itself if callable, a cross-encoder, or a registry entry.
 
     ``"cross-encoder"`` / ``"cross-encoder:<model>"`` build
-    :func:`irflow.reranking.cross_encoder_reranker` once per spec; when
+    :func:`irflow.api.reranking.cross_encoder_reranker` once per spec; when
     sentence-transformers is missing this warns once and returns None (keep
     the first-stage ranking).  Other strings are :mod:`irflow.registry` names.
     """
@@ -137,9 +135,8 @@ class Rerank(Stage):
         if reranker is None:
             return candidates
         corpus = ctx.corpus
-        rows = candidates.row.tolist()
-        ids = np.asarray(corpus.record_ids)[candidates.row].tolist()
-        records = [corpus.record(row) for row in rows]  # the reranker API is per segment: small (fetch_k)
+        ids = corpus.record_ids_of(candidates.row).tolist()
+        records = corpus.records(candidates.row)  # the reranker API is per segment: small (fetch_k)
         texts = self._texts(corpus, records)
         scores = np.empty(len(candidates), dtype=np.float64)
         for i, text in enumerate(candidates.queries.texts):
@@ -157,12 +154,8 @@ class Rerank(Stage):
         if self.text == "surface":
             texts = [r.text for r in records]
         elif self.text == "artifact":
-            joined: dict[str, str] = {}  # an artifact's text once per run, however many of its surfaces matched
-            texts = []
-            for record in records:
-                if record.artifact_id not in joined:
-                    joined[record.artifact_id] = _artifact_text(corpus, record)
-                texts.append(joined[record.artifact_id])
+            joined = _artifact_texts(corpus, records)  # once per artifact, however many of its surfaces matched
+            texts = [joined.get(record.artifact_id, record.text) for record in records]
         else:
             texts = []
             for record in records:
@@ -174,12 +167,20 @@ class Rerank(Stage):
         return [t[: self.max_chars] for t in texts]
 
 
-def _artifact_text(corpus: Any, record: Any) -> str:
-    """The artifact's surfaces joined in plan order (the matched surface alone without a ledger entry)."""
-    from irflow.ledger import records_for_artifact
+def _artifact_texts(corpus: CorpusProtocol, records: list[Any]) -> dict[str, str]:
+    """Each artifact's surfaces joined in plan order, through the ledger (one ``sibling_rows`` call).
 
-    try:
-        siblings = records_for_artifact(corpus, record.artifact_id)
-    except NoLedgerEntry:
-        return record.text
-    return ARTIFACT_JOINER.join(r.text for r in siblings)
+    An artifact without a ledger entry is left out: its matched surface stands
+    alone.  A stale ledger entry (a listed record the corpus does not hold) is
+    a KeyError naming it, as :func:`irflow.records_for_artifact` raises.
+    """
+    artifacts = list(dict.fromkeys(record.artifact_id for record in records))
+    siblings = corpus.sibling_rows(artifacts)
+    if siblings.stale:
+        artifact, record_id = siblings.stale[0]
+        raise KeyError(
+            f"record {record_id!r} listed by the ledger for artifact {artifact!r} is missing from the store: "
+            "the ledger is stale (an interrupted build or an out-of-band delete_record); rebuild the corpus to "
+            "repair it")
+    return {artifact: ARTIFACT_JOINER.join(r.text for r in corpus.records(siblings.rows_of(i)))
+            for i, artifact in enumerate(artifacts) if siblings.listed[i]}

@@ -11,6 +11,13 @@ cut, in the input's order.
 
 Weights must be finite and non-negative.  Output scale ``weighted`` when
 weights apply; provenance ``<stage>.factor`` and ``<stage>.input_score``.
+
+>>> Weight(weights={"deps": 2.0}, fetch_k=50).weights
+{'deps': 2.0}
+>>> Weight(weights={"deps": -1})
+Traceback (most recent call last):
+...
+irflow.errors.WeightError: surface_weights['deps'] is -1; weights must be finite numbers >= 0
 """
 
 from __future__ import annotations
@@ -21,10 +28,10 @@ from typing import Any
 import attrs
 import numpy as np
 
-from irflow.batches import Candidates, Scale
-from irflow.errors import IrflowError
-from irflow.ports import CANDIDATES, Port
-from irflow.stage import Stage, StageContext, Upstream, is_finite, param, positive_int, register_stage
+from irflow.engine import CANDIDATES, Candidates, Port, Scale, Stage, StageContext, Upstream, param, \
+    positive_int, register_stage
+from irflow.engine.validators import check_surface_weights
+from irflow.errors import WeightError
 
 from ._util import cut_per_text
 
@@ -32,28 +39,6 @@ __all__ = ["Weight", "WeightError", "check_surface_weights"]
 
 # scores a weight must not multiply: they are no longer first-stage scores
 _LATE_SCALES = frozenset({Scale.RERANK, Scale.BOOSTED})
-
-
-class WeightError(IrflowError, ValueError):
-    """Surface weights that are not a mapping of kind -> finite non-negative number."""
-
-
-def check_surface_weights(weights: Any) -> None:
-    """Raise :class:`WeightError` unless ``weights`` is None or ``{kind: finite number >= 0}``.
-
-    >>> check_surface_weights({"deps": 2.0, "name": 0})
-    """
-    if weights is None:
-        return
-    if not isinstance(weights, Mapping):
-        raise WeightError(f"surface_weights must be a mapping of surface kind -> weight (e.g. {{'deps': 2.0}}), "
-                          f"got {type(weights).__name__}")
-    for kind, weight in weights.items():
-        if not isinstance(kind, str):
-            raise WeightError(f"surface_weights keys are surface kinds (strings), got {kind!r}")
-        number = isinstance(weight, (int, float, np.integer, np.floating)) and not isinstance(weight, (bool, np.bool_))
-        if not number or not is_finite(weight) or weight < 0:
-            raise WeightError(f"surface_weights[{kind!r}] is {weight!r}; weights must be finite numbers >= 0")
 
 
 def _weights(instance: Any, attribute: Any, value: Any) -> None:
@@ -96,7 +81,7 @@ class Weight(Stage):
             corpus = ctx.corpus
             # one factor per kind the corpus has; kinds it lacks are simply never looked up
             by_code = np.array([float(self.weights.get(kind, 1.0)) for kind in corpus.kinds], dtype=np.float64)
-            factor = by_code[np.asarray(corpus.kind_codes)[candidates.row]] if len(candidates) else np.empty(0)
+            factor = by_code[corpus.kind_codes_of(candidates.row)] if len(candidates) else np.empty(0)
             candidates = candidates.with_scores(
                 candidates.score * factor, Scale.WEIGHTED,
                 {f"{ctx.name}.factor": factor, f"{ctx.name}.input_score": candidates.score},

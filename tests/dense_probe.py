@@ -45,7 +45,7 @@ def corename() -> str | None:
 
 
 def check() -> dict:
-    from irflow import dense
+    from irflow.kernels import dense
 
     rng = np.random.default_rng(20240609)
     n, d, n_queries, k = 4000, 384, 1000, 20

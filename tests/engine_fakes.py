@@ -1,4 +1,4 @@
-"""A tiny in-memory corpus implementing the Corpus facade the stages use, with numpy.
+"""A tiny in-memory corpus implementing the corpus protocol (irflow.store.protocol), with numpy.
 
 The engine tests (validation, recipes, executor mechanics, stage semantics)
 run against this fake so they do not depend on the corpus/kernels modules;
@@ -16,10 +16,12 @@ import attrs
 import numpy as np
 from rank_bm25 import BM25Okapi
 
-from irflow.batches import Candidates, QueryBatch, Scale
-from irflow.ports import CANDIDATES, Port
-from irflow.records import Record, SearchHit
-from irflow.stage import Stage, _source_subpackage, finite_number, param
+from irflow.engine.batches import Candidates, QueryBatch, Scale
+from irflow.engine.ports import CANDIDATES, Port
+from irflow.store.protocol import Siblings
+from irflow.store.records import Record, SearchHit
+from irflow.engine import finite_number, param, Stage
+from irflow.engine.kinds import _source_subpackage
 
 # irflow.stages / irflow.recipes live in the top-level stages/ and recipes/ folders; an install maps
 # them into the package, a bare checkout needs them loaded under their package names first
@@ -79,6 +81,7 @@ class FakeCorpus:
         self.row_tokens = [tokens(r["text"]) for r in records]
         self.calls: dict[str, int] = {"mask": 0, "embed": 0, "dense": 0, "tokenize": 0, "bm25": 0}
         self.embedded: list[list[str]] = []
+        self.version = 0
 
     def __len__(self) -> int:
         return int(self.live.sum())
@@ -119,6 +122,29 @@ class FakeCorpus:
             has = np.array([any(t in set(doc) for t in toks) for doc in docs], dtype=bool)
             per_query.append((rows[has], scores[has]))
         return _topk(per_query, fetch_k)
+
+    def record_ids_of(self, rows: Any) -> np.ndarray:
+        return self.record_ids[np.asarray(rows, dtype=np.int64)]
+
+    def artifact_ids_of(self, rows: Any) -> np.ndarray:
+        return self.artifact_ids[np.asarray(rows, dtype=np.int64)]
+
+    def kind_codes_of(self, rows: Any) -> np.ndarray:
+        return self.kind_codes[np.asarray(rows, dtype=np.int64)]
+
+    def surface_indices_of(self, rows: Any) -> np.ndarray:
+        return np.zeros(np.asarray(rows).size, dtype=np.int64)
+
+    def records(self, rows: Any) -> list[Record]:
+        return [self.record(row) for row in np.asarray(rows, dtype=np.int64).tolist()]
+
+    def hits(self, rows: Any, scores: Any) -> list[SearchHit]:
+        return [self.hit(row, score) for row, score in zip(np.asarray(rows).tolist(), np.asarray(scores).tolist())]
+
+    def sibling_rows(self, artifact_ids: Sequence[str]) -> Siblings:
+        groups = [np.flatnonzero(self.artifact_ids == artifact) for artifact in artifact_ids]
+        offsets = np.concatenate(([0], np.cumsum([g.size for g in groups])))
+        return Siblings(offsets, np.concatenate(groups) if groups else [], [True] * len(groups))
 
     def record(self, row: int) -> Record:
         r = self._records[row]

@@ -1,8 +1,8 @@
 """A plain per-record evaluator of the filter language, written from the MongoDB rules.
 
 It is the oracle of the property tests: deliberately naive (recursion over
-Python values, one record at a time) and independent of ``irflow.columns``
-and ``irflow.filters``.  It assumes a valid filter.
+Python values, one record at a time) and independent of ``irflow.kernels.columns``
+and ``irflow.kernels.filters``.  It assumes a valid filter.
 
 >>> matches({"a": [{"b": 1}]}, {"a.b": 1})
 True

@@ -22,7 +22,7 @@ import numpy as np
 from rank_bm25 import BM25Okapi
 
 from filter_reference import matches
-from irflow.records import SearchHit
+from irflow.store.records import SearchHit
 
 NAMES = ["sqlparse", "httpx", "lark", "networkx", "unbox", "celery", "fastjson", "graphene", "asyncpg",
          "clickit", "tqdmx", "parsy"]

@@ -15,10 +15,9 @@ from typing import Any
 
 import numpy as np
 
-import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
-from irflow.corpus import Corpus, build
-from irflow.records import Record
-from irflow.store import CorpusStore
+from irflow.store.corpus import Corpus, build
+from irflow.store.records import Record
+from irflow.store.record_store import CorpusStore
 
 WORDS = ["parser", "http", "client", "graph", "sql", "async", "python", "fast", "json", "tool", "network", "cli",
          "server", "cache", "query"]

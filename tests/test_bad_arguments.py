@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from irflow import fuse_hits, search
-from irflow.corpus import build
+from irflow.store.corpus import build
 from irflow.errors import ArgumentError, EmbedderError, IrflowError
-from irflow.records import SearchHit
-from irflow.recipe import load_recipe
+from irflow.store.records import SearchHit
+from irflow.engine.recipe import load_recipe
 
 RECORDS = [{"artifact_id": f"a{i}", "surface_kind": kind, "text": f"{kind} sql parser {w}"}
            for i, w in enumerate(["http", "graph", "json", "tool"]) for kind in ("name", "readme")]

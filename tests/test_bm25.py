@@ -13,13 +13,13 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from rank_bm25 import BM25L, BM25Okapi, BM25Plus
 
-from irflow import postings as postings_module
-from irflow.bm25 import kernel as kernel_module
-from irflow.bm25 import pruning as pruning_module
-from irflow.bm25 import scorer as scorer_module
-from irflow.bm25 import BM25Params, BM25ParamError, bm25_scores, bm25_topk
+from irflow.kernels import postings as postings_module
+from irflow.kernels.bm25 import kernel as kernel_module
+from irflow.kernels.bm25 import pruning as pruning_module
+from irflow.kernels.bm25 import scorer as scorer_module
+from irflow.kernels.bm25 import BM25Params, BM25ParamError, bm25_scores, bm25_topk
 from irflow.errors import CorpusError, IrflowError
-from irflow.postings import Postings
+from irflow.kernels.postings import Postings
 
 RANK_CLASSES = {"okapi": BM25Okapi, "bm25l": BM25L, "bm25plus": BM25Plus}
 TOL = 1e-9
@@ -78,7 +78,7 @@ def check_top(rows: np.ndarray, scores: np.ndarray, reference: dict[int, float],
 
 
 try:
-    from irflow.bm25 import compiled as bm25_numba
+    from irflow.kernels.bm25 import compiled as bm25_numba
 except ImportError:  # numba not installed: the compiled paths are skipped
     bm25_numba = None
 
@@ -553,7 +553,7 @@ def test_fetch_k_does_not_change_equal_scores_of_the_search_corpus(path: str) ->
     """Regression: rows 28 and 31 score the same, and did not when fetch_k=4 went through pruning."""
     from search_reference import records  # the small corpus of the search tests
 
-    from irflow.text import get_analyzer
+    from irflow.kernels.text import get_analyzer
 
     analyzer = get_analyzer()  # the corpus default
     surfaces = records()

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 import irflow
-from irflow import bm25 as bm25_module
-from irflow.bm25 import BM25Params
-from irflow.corpus import build
-from irflow.postings import Postings
-from irflow.records import Record
-from irflow.store import CorpusStore
+from irflow.kernels import bm25 as bm25_module
+from irflow.kernels.bm25 import BM25Params
+from irflow.store.corpus import build
+from irflow.kernels.postings import Postings
+from irflow.store.records import Record
+from irflow.store.record_store import CorpusStore
 
 
 def _records(n: int = 60) -> list[Record]:

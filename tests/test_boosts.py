@@ -10,15 +10,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import irflow.boosts as boosts_module
-import irflow.constants as constants
-from irflow.boosts import BoostError, DependencyEvidenceBoost, dependency_evidence_boost, normalize_name, requirement_name
+import irflow.api.boosts as boosts_module
+import irflow.api.constants as constants
+from irflow.api.boosts import BoostError, DependencyEvidenceBoost, dependency_evidence_boost, normalize_name, requirement_name
 from irflow.errors import IrflowError
-from irflow.records import SearchHit
+from irflow.store.records import SearchHit
 
-# The seed's example, verbatim except the import line (ir.base -> irflow.records).
+# The seed's example, verbatim except the import line (ir.base -> irflow.store.records).
 SEED_EXAMPLE = '''
->>> from irflow.records import SearchHit
+>>> from irflow.store.records import SearchHit
 >>> boost = dependency_evidence_boost({"networkx"}, weight=0.1)
 >>> boost(SearchHit("unbox", "description", 0.4, "", {"deps": ["networkx>=3"]}))
 0.1

@@ -22,15 +22,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import irflow.trace
-from irflow.corpus import build
-from irflow.datasets import DatasetError, load_beir, write_trec_run
+import irflow.engine.trace
+from irflow.store.corpus import build
+from irflow.evaluation.datasets import DatasetError, load_beir
+from irflow.evaluation.trec import write_trec_run
 from irflow.errors import FilterError, InputError, OutputError, RecipeError
-from irflow.filters import compile_filter
-from irflow.fileio import (MAX_NESTING, atomic_writer, check_nesting, loads_json, open_regular, read_lines, read_text,
+from irflow.kernels.filters import compile_filter
+from irflow.util.fileio import (MAX_NESTING, atomic_writer, check_nesting, loads_json, open_regular, read_lines, read_text,
                            write_atomic)
-from irflow.recipe import Recipe, load_recipe
-from irflow.trace import Trace, TraceError
+from irflow.engine.recipe import Recipe, load_recipe
+from irflow.engine.trace import Trace, TraceError
 
 RECORDS = [{"artifact_id": f"a{i}", "surface_kind": "name", "text": f"sql parser {w}"}
            for i, w in enumerate(["http", "graph", "json", "tool", "async", "fast"])]
@@ -87,7 +88,7 @@ def test_any_str_round_trips_through_a_trace(tmp_path, corpus, lexical, text):
 def test_a_failed_dump_keeps_the_previous_trace(tmp_path, corpus, lexical, monkeypatch):
     path = lexical.run(corpus, "sql", trace=True).trace.dump(tmp_path / "t.jsonl")
     before = path.read_bytes()
-    real = irflow.trace._json_line
+    real = irflow.engine.trace.json_line
     calls = []
 
     def fail_on_third_line(record):
@@ -96,7 +97,7 @@ def test_a_failed_dump_keeps_the_previous_trace(tmp_path, corpus, lexical, monke
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real(record)
 
-    monkeypatch.setattr(irflow.trace, "_json_line", fail_on_third_line)
+    monkeypatch.setattr(irflow.engine.trace, "json_line", fail_on_third_line)
     with pytest.raises(OutputError, match="no space left") as caught:
         lexical.run(corpus, "parser", trace=True).trace.dump(path)
     assert isinstance(caught.value, OSError) and str(path) in str(caught.value)
@@ -106,7 +107,7 @@ def test_a_failed_dump_keeps_the_previous_trace(tmp_path, corpus, lexical, monke
 
 def test_a_dump_that_raises_anything_leaves_no_trace_of_itself(tmp_path, corpus, lexical, monkeypatch):
     path = tmp_path / "t.jsonl"
-    monkeypatch.setattr(irflow.trace, "_json_line", lambda record: (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(irflow.engine.trace, "json_line", lambda record: (_ for _ in ()).throw(KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt):
         lexical.run(corpus, "sql", trace=True).trace.dump(path)
     assert os.listdir(tmp_path) == []

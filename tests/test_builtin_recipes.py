@@ -1,7 +1,7 @@
 """Every built-in recipe: TOML == YAML == Python builder, valid, and sane when run on a real corpus.
 
-Runs each recipe of ``irflow.recipe.builtin_recipes()`` on a small real corpus
-(``irflow.corpus.build``, embedder "hash", several surfaces per artifact),
+Runs each recipe of ``irflow.engine.recipe.builtin_recipes()`` on a small real corpus
+(``irflow.store.corpus.build``, embedder "hash", several surfaces per artifact),
 with a deterministic fake reranker registered in ``irflow.registry`` and with
 ``rerank`` left at None, and checks: results sorted by score, ``k``
 respected, one hit per artifact, and the reranker called once per query with
@@ -15,11 +15,10 @@ from importlib.resources import files
 
 import pytest
 
-import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
-import irflow.registry as registry
-from irflow.recipe import Recipe, builtin_recipes, load_recipe
+import irflow.engine.registry as registry
+from irflow.engine.recipe import Recipe, builtin_recipes, load_recipe
 from irflow.recipes.builders import BUILDERS
-from irflow.stage import _source_subpackage
+from irflow.engine.kinds import _source_subpackage
 from surface_corpus import FakeReranker, build_corpus, fake_score
 
 NAMES = builtin_recipes()

@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 
 import irflow
 from irflow import build, search
-from irflow.cachekey import UnkeyableError, cache_key, stable_digest
-from irflow.datasets import Collection, Document
+from irflow.util.cachekey import UnkeyableError, cache_key, stable_digest
+from irflow.evaluation.datasets import Collection, Document
 from irflow.errors import CorpusError, FilterError, RecipeError, UnknownSurfaceWarning
-from irflow.evalcache import _documents_digest
-from irflow.evaluate import _system_plans
-from irflow.executor import StageCache
+from irflow.evaluation.cache import _documents_digest
+from irflow.evaluation.plans import _system_plans
+from irflow.engine.executor import StageCache
 
 from filter_reference import matches
 
@@ -177,7 +177,7 @@ def test_stable_digest_is_type_exact_and_the_same_in_every_process() -> None:
     import sys
 
     value = {"b": [1, 2.5, True, None, "x"], "a": {"n": np.int64(3)}, "c": frozenset({"p", "q", "r"})}
-    code = ("import numpy as np; from irflow.cachekey import stable_digest; "
+    code = ("import numpy as np; from irflow.util.cachekey import stable_digest; "
             "print(stable_digest({'b': [1, 2.5, True, None, 'x'], 'a': {'n': np.int64(3)}, "
             "'c': frozenset({'p', 'q', 'r'})}))")
     other = {stable_digest(value)}
@@ -262,8 +262,8 @@ def test_stage_cache_keys_parameters_by_type(corpus: irflow.Corpus) -> None:
 
 @pytest.mark.filterwarnings("ignore::irflow.errors.UnknownFieldWarning")  # the field "deep" is meant to be absent
 def test_stage_cache_skips_a_parameter_it_cannot_key(corpus: irflow.Corpus, monkeypatch: pytest.MonkeyPatch) -> None:
-    # run arguments nest at most 64 levels (irflow.fileio): lower the key's limit to reach the unkeyable path
-    monkeypatch.setattr("irflow.cachekey.MAX_DEPTH", 8)
+    # run arguments nest at most 64 levels (irflow.util.fileio): lower the key's limit to reach the unkeyable path
+    monkeypatch.setattr("irflow.util.cachekey.MAX_DEPTH", 8)
     recipe = irflow.load_recipe("search")
     cache = StageCache()
     deep: Any = "x"
@@ -309,9 +309,9 @@ def test_sweep_settings_are_deduplicated_by_type() -> None:
 def test_module_docstrings_are_valid_doctests() -> None:
     import doctest
 
-    import irflow.cachekey
-    import irflow.generations
+    import irflow.util.cachekey
+    import irflow.store.generations
 
-    for module in (irflow.cachekey, irflow.generations):
+    for module in (irflow.util.cachekey, irflow.store.generations):
         result = doctest.testmod(module)
         assert result.failed == 0 and result.attempted > 0, module.__name__

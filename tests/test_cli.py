@@ -11,11 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 import irflow
-import irflow.cli
-from irflow.cli import main, parse_sets
-from irflow.corpus import open_corpus
-from irflow.recipe import load_recipe
-from irflow.trace import Trace
+import irflow.cli.app
+from irflow.cli.app import main, parse_sets
+from irflow.store.corpus import open_corpus
+from irflow.engine.recipe import load_recipe
+from irflow.engine.trace import Trace
 
 WORDS = ["parser", "http", "client", "graph", "sql", "async", "python", "fast", "json", "tool"]
 
@@ -155,7 +155,7 @@ def test_an_unexpected_exception_is_not_swallowed(workdir, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr("irflow.recipe.load_recipe", broken)
+    monkeypatch.setattr("irflow.cli.app.load_recipe", broken)
     result = invoke("run", "hybrid", "--corpus", workdir / "corpus", "-q", "x")
     assert result.exit_code == 1 and isinstance(result.exception, RuntimeError)
 
@@ -259,17 +259,17 @@ def test_trace_explain(trace_file):
 
 
 def test_demo(monkeypatch):
-    if importlib.util.find_spec("irflow.quickstart") is None:
+    if importlib.util.find_spec("irflow.cli.quickstart") is None:
         assert "the demo is not available" in fails(1, "demo", "http client").stderr
         return
     calls = []
-    import irflow.quickstart
+    import irflow.cli.quickstart
 
     def fake_run_demo(queries, **kwargs):
         calls.append((queries, kwargs))
         kwargs["echo"]("demo ran")
 
-    monkeypatch.setattr(irflow.quickstart, "run_demo", fake_run_demo)
+    monkeypatch.setattr(irflow.cli.quickstart, "run_demo", fake_run_demo)
     out = ok("demo", "http client", "--filter", '{"owner": "x"}', "--mode", "lexical", "--k", "3").stdout
     assert out == "demo ran\n"
     queries, kwargs = calls[0]

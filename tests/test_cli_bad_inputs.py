@@ -27,9 +27,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import irflow.quickstart
+import irflow.cli.quickstart
 from irflow.cli import main
-from irflow.corpus import build
+from irflow.store.corpus import build
 
 WORDS = ["parser", "http", "client", "graph", "sql", "async", "python", "fast", "json", "tool"]
 ROOT = os.name == "posix" and os.geteuid() == 0
@@ -241,7 +241,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
 def small_demo(monkeypatch: pytest.MonkeyPatch) -> None:
     # the demo's corpus of installed packages takes seconds to build; a tiny one behaves the same here
     tiny = [{"artifact_id": f"pkg{i}", "surface_kind": "name", "text": f"pkg{i} {w}"} for i, w in enumerate(WORDS)]
-    monkeypatch.setattr(irflow.quickstart, "installed_corpus", lambda **_: build(tiny, embedder="hash",
+    monkeypatch.setattr(irflow.cli.quickstart, "installed_corpus", lambda **_: build(tiny, embedder="hash",
                                                                                   name="installed"))
 
 
@@ -449,11 +449,11 @@ def test_a_failed_trace_write_keeps_the_previous_trace(env: Env, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    import irflow.trace
+    import irflow.engine.trace
 
     target = tmp_path / "run.jsonl"
     target.write_bytes(env.trace.read_bytes())
-    real, written = irflow.trace._json_line, []
+    real, written = irflow.engine.trace.json_line, []
 
     def disk_full_after_two_lines(record):  # the disk fills up in the middle of the dump
         if len(written) == 2:
@@ -461,7 +461,7 @@ def test_a_failed_trace_write_keeps_the_previous_trace(env: Env, tmp_path: Path,
         written.append(record)
         return real(record)
 
-    monkeypatch.setattr(irflow.trace, "_json_line", disk_full_after_two_lines)
+    monkeypatch.setattr(irflow.engine.trace, "json_line", disk_full_after_two_lines)
     result = CliRunner().invoke(main, ["run", "hybrid", "--corpus", str(env.corpus), "-q", "other query",
                                        "--trace", str(target)])
     assert result.exit_code == 1 and "no space left" in result.stderr, result.stderr
@@ -477,7 +477,7 @@ def _irflow() -> list[str]:
     script = Path(sys.executable).parent / "irflow"
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-c", "import sys; from irflow.cli import main; sys.exit(main())"]
+    return [sys.executable, "-c", "import sys; from irflow.cli.app import main; sys.exit(main())"]
 
 
 def _real(args: list[str | bytes], cwd: Path) -> subprocess.CompletedProcess[bytes]:
@@ -486,7 +486,7 @@ def _real(args: list[str | bytes], cwd: Path) -> subprocess.CompletedProcess[byt
 
 @pytest.mark.skipif(os.name != "posix", reason="argv bytes that are not UTF-8 are a POSIX thing")
 def test_real_entry_point_undecodable_argv_trace_round_trips(env: Env, tmp_path: Path) -> None:
-    from irflow.trace import Trace
+    from irflow.engine.trace import Trace
 
     trace = tmp_path / "t.jsonl"
     done = _real(["run", "hybrid", "--corpus", str(env.corpus), "-q", b"caf\xe9 parser", "--trace", str(trace)],

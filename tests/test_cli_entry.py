@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 import irflow
-from irflow import extras
+from irflow.util import extras
 from irflow.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 import irflow
 from irflow.cli import main
-from irflow.datasets import load_beir
+from irflow.evaluation.datasets import load_beir
 
 
 def invoke(*args: object):

@@ -11,12 +11,12 @@ from click.testing import CliRunner
 
 import irflow
 from irflow.cli import main
-from irflow.stage import unregister_stage
+from irflow.engine import unregister_stage
 
 STAGE = '''
 import attrs
-from irflow.ports import CANDIDATES, Port
-from irflow.stage import Stage, param, positive_int, register_stage
+from irflow.engine.ports import CANDIDATES, Port
+from irflow.engine import param, positive_int, register_stage, Stage
 
 
 @register_stage

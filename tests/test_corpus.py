@@ -9,12 +9,12 @@ from typing import Sequence
 import numpy as np
 import pytest
 
-import irflow.corpus as corpus_module
-from irflow import text
-from irflow.corpus import Corpus, build, open_corpus
+import irflow.store.corpus as corpus_module
+from irflow.kernels import text
+from irflow.store.corpus import Corpus, build, open_corpus
 from irflow.errors import CorpusError, EmbedderError, FilterError, UnknownSurfaceWarning
-from irflow.ledger import records_for_artifact
-from irflow.records import Record, SearchHit
+from irflow.store.ledger import records_for_artifact
+from irflow.store.records import Record, SearchHit
 
 
 def _records() -> list[Record]:

@@ -22,11 +22,12 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-from irflow.corpus import build, check_unit_rows, open_corpus
+from irflow.store.corpus import build, open_corpus
+from irflow.store.vectors import check_unit_rows
 from irflow.errors import CorpusError
-from irflow.ledger import records_for_artifact
-from irflow.postings import Postings
-from irflow.records import Record
+from irflow.store.ledger import records_for_artifact
+from irflow.kernels.postings import Postings
+from irflow.store.records import Record
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -140,11 +141,11 @@ def test_invalid_vectors_are_refused_on_first_use(root: Path, value: float, says
 
 
 def test_valid_vectors_are_checked_once_and_stay_mapped(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import irflow.corpus as corpus_module
+    import irflow.store.vectors as vectors_module
 
     calls = []
-    real = corpus_module.check_unit_rows
-    monkeypatch.setattr(corpus_module, "check_unit_rows", lambda *a: calls.append(1) or real(*a))
+    real = vectors_module.check_unit_rows
+    monkeypatch.setattr(vectors_module, "check_unit_rows", lambda *a: calls.append(1) or real(*a))
     corpus = open_corpus(root)
     assert calls == []  # not on open
     for _ in range(3):
@@ -265,7 +266,7 @@ def test_a_fifo_never_hangs_a_reader(root: Path, target: str) -> None:
     os.mkfifo(path)
     script = textwrap.dedent("""
         import sys
-        from irflow.corpus import open_corpus
+        from irflow.store.corpus import open_corpus
         from irflow.errors import CorpusError
         try:
             open_corpus(sys.argv[1])

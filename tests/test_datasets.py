@@ -1,4 +1,4 @@
-"""irflow.datasets: BEIR collections, TREC qrels and runs, fingerprints and error messages."""
+"""irflow.evaluation.datasets: BEIR collections, TREC qrels and runs, fingerprints and error messages."""
 
 from __future__ import annotations
 
@@ -11,18 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from irflow.datasets import (
+from irflow.evaluation.datasets import (
     Collection,
     DatasetError,
     Document,
     file_digest,
     load_beir,
     read_beir_qrels,
-    read_trec_qrels,
-    read_trec_run,
-    write_trec_run,
 )
-from irflow.records import Record
+from irflow.evaluation.trec import read_trec_qrels, read_trec_run, write_trec_run
+from irflow.store.records import Record
 
 
 def data_dir() -> Path:

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from irflow import dense as dense_module
-from irflow.dense import dense_topk, gather_fraction
+from irflow.kernels import dense as dense_module
+from irflow.kernels.dense import dense_topk, gather_fraction
 from irflow.errors import EmbedderError, IrflowError
 
 

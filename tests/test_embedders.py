@@ -1,4 +1,4 @@
-"""Tests of irflow.embedders: protocols, validation, the hash embedder, the st loader."""
+"""Tests of irflow.kernels.embedders: protocols, validation, the hash embedder, the st loader."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import re
 import numpy as np
 import pytest
 
-from irflow.embedders import (
+from irflow.kernels.embedders import (
     DEFAULT_HASH_DIM,
     Embedder,
     HashEmbedder,
@@ -119,7 +119,7 @@ def test_hash_is_deterministic_within_a_process() -> None:
 def test_hash_is_deterministic_across_processes() -> None:
     code = (
         "import hashlib, sys, numpy as np\n"
-        "from irflow.embedders import resolve_embedder\n"
+        "from irflow.kernels.embedders import resolve_embedder\n"
         f"texts = {TEXTS!r}\n"
         "v = np.ascontiguousarray(resolve_embedder('hash').embed_documents(texts))\n"
         "print(hashlib.sha256(v.tobytes()).hexdigest())\n"
@@ -363,7 +363,7 @@ def test_real_sentence_transformers_model() -> None:
 
 
 def test_a_build_with_progress_counts_records_and_embeds_each_text_once(capsys):
-    from irflow.corpus import build
+    from irflow.store.corpus import build
 
     seen: list[str] = []
 

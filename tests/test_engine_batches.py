@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine_fakes import FakeTopK, cands
-from irflow.batches import Candidates, QueryBatch, Scale, fill_value, frozen_array
+from irflow.engine.batches import Candidates, QueryBatch, Scale, fill_value, frozen_array
 
 
 # -- QueryBatch ---------------------------------------------------------------

@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-import irflow.executor
-import irflow.stage
+import irflow.engine.executor
+import irflow.engine.stage
 from engine_fakes import (
     MODES_RECIPE,
     BrokenStage,
@@ -17,12 +17,12 @@ from engine_fakes import (
     ShiftStage,
     fake_corpus,
 )
-from irflow.batches import Candidates, QueryBatch, Scale
+from irflow.engine.batches import Candidates, QueryBatch, Scale
 from irflow.errors import IrflowError, ParameterError, RecipeError, StageError
-from irflow.executor import INACTIVE, StageCache, StageEvent, TraceRecorder, is_inactive
-from irflow.records import SearchHit
-from irflow.recipe import Recipe, load_recipe
-from irflow.stage import get_stage_class, register_stage, stage_kinds, unregister_stage
+from irflow.engine.executor import INACTIVE, StageCache, StageEvent, TraceRecorder, is_inactive
+from irflow.store.records import SearchHit
+from irflow.engine.recipe import Recipe, load_recipe
+from irflow.engine import get_stage_class, register_stage, stage_kinds, unregister_stage
 
 
 @pytest.fixture
@@ -279,8 +279,8 @@ def test_entry_points_are_loaded_once_and_lazily(monkeypatch):
         loads.append(1)
         return [good, broken]
 
-    monkeypatch.setattr(irflow.stage, "_entry_points", fake_entry_points)
-    irflow.stage._reset_entry_points()
+    monkeypatch.setattr(irflow.engine.kinds, "_entry_points", fake_entry_points)
+    irflow.engine.kinds._reset_entry_points()
     try:
         with pytest.warns(UserWarning, match="cannot load stage kind 'ep_broken'"):
             kinds = stage_kinds()
@@ -396,8 +396,8 @@ def test_no_trace_work_when_tracing_is_off(corpus, hybrid, monkeypatch):
     def forbidden():
         raise AssertionError("a timer ran with trace=False")
 
-    monkeypatch.setattr(irflow.executor.time, "perf_counter", forbidden)
-    monkeypatch.setattr(irflow.executor, "StageEvent", None)
+    monkeypatch.setattr(irflow.engine.executor.time, "perf_counter", forbidden)
+    monkeypatch.setattr(irflow.engine.executor, "StageEvent", None)
     result = hybrid.run(corpus, "python")
     assert result.trace is None and len(result.hits) > 0
 
@@ -407,14 +407,12 @@ def test_result_repr(corpus, hybrid):
 
 
 def test_cache_misses_after_the_corpus_changes(hybrid):
-    from types import SimpleNamespace
-
     corpus = fake_corpus()
-    corpus.store = SimpleNamespace(version=1)
+    corpus.version = 1
     cache = StageCache()
     hybrid.run(corpus, "python", cache=cache)
     hybrid.run(corpus, "python", cache=cache)
     assert cache.executions["dense"] == 1
-    corpus.store.version = 2  # e.g. a record was deleted
+    corpus.version = 2  # e.g. a record was deleted
     hybrid.run(corpus, "python", cache=cache)
     assert cache.executions["dense"] == 2

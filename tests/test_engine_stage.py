@@ -7,12 +7,9 @@ import numpy as np
 import pytest
 
 from engine_fakes import ShiftStage
-from irflow.ports import CANDIDATES, CONTEXTS, HITS, MASK, PORT_TYPES, QUERIES, QUERY, Port, fits, fitting_sources
-from irflow.stage import (
-    ParamInfo,
-    Stage,
+from irflow.engine.ports import CANDIDATES, CONTEXTS, HITS, MASK, PORT_TYPES, QUERIES, QUERY, Port, fits, fitting_sources
+from irflow.engine import (
     boolean,
-    describe_params,
     finite_number,
     non_negative_int,
     number_mapping,
@@ -23,11 +20,12 @@ from irflow.stage import (
     positive_int,
     positive_number,
     register_stage,
+    Stage,
     stage_kinds,
-    stage_params,
     str_tuple,
     unregister_stage,
 )
+from irflow.engine.stage import describe_params, ParamInfo, stage_params
 
 
 def test_port_types_and_fits():
@@ -94,7 +92,7 @@ def test_param_records_doc_and_choices():
 
 
 @pytest.mark.parametrize("make, error, message", [
-    (lambda: type("NotStage", (), {}), TypeError, "subclass of irflow.stage.Stage"),
+    (lambda: type("NotStage", (), {}), TypeError, "subclass of irflow.engine.stage.Stage"),
     (lambda: type("Plain", (Stage,), {"kind": "plain"}), TypeError, "must be an attrs class"),
 ])
 def test_register_stage_rejects_non_stages(make, error, message):
@@ -154,7 +152,7 @@ def test_register_stage_as_decorator_and_replace():
             pass
 
         register_stage(Shift3, kind="shift2", replace=True)
-        from irflow.stage import get_stage_class
+        from irflow.engine import get_stage_class
 
         assert get_stage_class("shift2") is Shift3
     finally:

@@ -7,8 +7,8 @@ import textwrap
 import pytest
 
 from irflow.errors import RecipeError
-from irflow.recipe import Recipe, RecipeBuilder, ref
-from irflow.validate import analyze, validate_recipe
+from irflow.engine.recipe import Recipe, RecipeBuilder, ref
+from irflow.engine.validate import analyze, validate_recipe
 
 GOOD = """
 [recipe]
@@ -112,7 +112,7 @@ def test_missing_required_parameter():
     import attrs
 
     from engine_fakes import ShiftStage
-    from irflow.stage import register_stage, unregister_stage
+    from irflow.engine import register_stage, unregister_stage
 
     @attrs.frozen
     class Needy(ShiftStage):
@@ -189,8 +189,8 @@ def test_type_mismatch_names_both_ports_their_types_and_what_fits():
 def test_variadic_port_minimum():
     import attrs
 
-    from irflow.ports import CANDIDATES, Port
-    from irflow.stage import Stage, register_stage, unregister_stage
+    from irflow.engine.ports import CANDIDATES, Port
+    from irflow.engine import register_stage, Stage, unregister_stage
 
     @attrs.frozen
     class Pair(Stage):

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 import irflow
 from irflow.cli import main
-from irflow.evaluate import evaluate, evaluate_runs
-from irflow.sweep import run_signature
+from irflow.evaluation.evaluate import evaluate, evaluate_runs
+from irflow.evaluation.sweep import run_signature
 
 QRELS = {f"q{i}": {"good": 1} for i in range(4)}
 

@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import irflow.evalcache
+import irflow.evaluation.cache
 from irflow.cli import main
-from irflow.datasets import load_beir, read_trec_run
-from irflow.evaluate import Evaluation, evaluate, evaluate_runs, holdout_split, ranking_depth
-from irflow.metrics import EvaluationError, parse_metrics
-from irflow.significance import compare_many
-from irflow.sweep import expand_sweep, setting_label
+from irflow.evaluation.datasets import load_beir
+from irflow.evaluation.trec import read_trec_run
+from irflow.evaluation.evaluate import Evaluation, evaluate, evaluate_runs, holdout_split, ranking_depth
+from irflow.evaluation.metrics import EvaluationError, parse_metrics
+from irflow.evaluation.significance import compare_many
+from irflow.evaluation.sweep import expand_sweep, setting_label
 
 # Six documents, three judged queries.  With the plain analyzer the lexical recipe's
 # rankings follow from BM25 by inspection (only documents holding a query word are retrieved):
@@ -146,13 +147,13 @@ def test_separate_titles_collapse_to_documents(tmp_path: Path, home: Path) -> No
 def test_corpus_cache_reused_and_rebuilt_when_the_corpus_changes(tiny: Path, home: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     builds = []
-    real_build = irflow.evalcache.build
+    real_build = irflow.evaluation.cache.build
 
     def counting_build(*args, **kwargs):
         builds.append(kwargs.get("path"))
         return real_build(*args, **kwargs)
 
-    monkeypatch.setattr(irflow.evalcache, "build", counting_build)
+    monkeypatch.setattr(irflow.evaluation.cache, "build", counting_build)
     first = evaluate("lexical", tiny, embedder="hash", metrics="ndcg@10")
     assert first.corpus.status == "built" and len(builds) == 1
     assert first.corpus.path.parent == home / "cache" / "eval"
@@ -263,7 +264,7 @@ def test_table_marks_the_best_and_compare_runs_paired_tests() -> None:
     assert better.mean_diff == pytest.approx(0.375)
     same = report.results["same"]["mrr@10"]
     assert (same.wins, same.losses, same.ties, same.t_p) == (0, 0, 8, 1.0)
-    # exactly what irflow.significance computes, Holm across the two systems
+    # exactly what irflow.evaluation.significance computes, Holm across the two systems
     reference = compare_many(ev["base"].per_query["mrr@10"],
                              {"better": ev["better"].per_query["mrr@10"], "same": ev["same"].per_query["mrr@10"]})
     assert better == reference["better"] and better.correction == "holm"

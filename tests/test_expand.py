@@ -13,14 +13,13 @@ import warnings
 import numpy as np
 import pytest
 
-import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
-import irflow.registry as registry
-from irflow.batches import Candidates, QueryBatch, Scale
+import irflow.engine.registry as registry
+from irflow.engine.batches import Candidates, QueryBatch, Scale
 from irflow.errors import RecipeError
-from irflow.expand import EXPAND_FROM, EXPAND_OFFSET, LedgerWarning, expand, expand_rows
-from irflow.ledger import records_for_artifact
-from irflow.recipe import load_recipe
-from irflow.stage import StageContext, get_stage_class
+from irflow.api.expand import EXPAND_FROM, EXPAND_OFFSET, LedgerWarning, expand, expand_rows
+from irflow.store.ledger import records_for_artifact
+from irflow.engine.recipe import load_recipe
+from irflow.engine import get_stage_class, StageContext
 from irflow.stages.expand import Expand
 from surface_corpus import FakeReranker, build_corpus, plan, records, reference_expansion, with_ledger
 

@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
-from irflow.corpus import Corpus, build
+from irflow.store.corpus import Corpus, build
 from irflow.errors import IrflowError
-from irflow.explain import Explanation, label_for
-from irflow.recipe import load_recipe
-from irflow.trace import NotInTrace, Trace
+from irflow.engine.explain import Explanation, label_for
+from irflow.engine.trace import NotInTrace, Trace
 
 WORDS = ["parser", "http", "client", "graph", "sql", "async", "python", "fast", "json", "tool"]
 QUERY = "python parser"
@@ -31,12 +30,6 @@ def _records() -> list[dict]:
 @pytest.fixture(scope="module")
 def corpus():
     return build(_records(), embedder="hash", name="explaintest")
-
-
-@pytest.fixture(scope="module")
-def hybrid():
-    # the by-hand expectations below are RRF's and the blend's at bm25_sat_k=8 (the defaults before issue 14)
-    return load_recipe("hybrid").with_params(fusion="rrf", bm25_sat_k=8.0)
 
 
 @pytest.fixture(scope="module")

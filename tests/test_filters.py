@@ -1,4 +1,4 @@
-"""Tests of the metadata filter language (irflow.filters) and its columns (irflow.columns).
+"""Tests of the metadata filter language (irflow.kernels.filters) and its columns (irflow.kernels.columns).
 
 Unit tests pin each operator and each MongoDB missing-field rule (several
 cases are MongoDB's own jstests, null_query_semantics.js and null2.js); a
@@ -17,12 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import irflow.columns as columns_module
+import irflow.kernels.columns as columns_module
 from filter_reference import candidates, lookup
 from filter_reference import matches as reference_matches
-from irflow.columns import MetadataColumns, canonical_key, resolve_path
+from irflow.kernels.columns import MetadataColumns, canonical_key, resolve_path
 from irflow.errors import FilterError, IrflowError
-from irflow.filters import FIELD_OPERATORS, CompiledFilter, compile_filter, normalize_filter
+from irflow.kernels.filters import FIELD_OPERATORS, CompiledFilter, compile_filter, normalize_filter
 
 RECORDS = [
     {"owner": "me", "name": "unbox", "stars": 12, "tags": ["cli", "archive"], "meta": {"lang": "py", "score": 0.5}},

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import irflow.federate as federate_module
+import irflow.api.federate as federate_module
 from irflow.errors import IrflowError
-from irflow.federate import FusionError, fuse_hits
-from irflow.records import SearchHit
+from irflow.api.federate import FusionError, fuse_hits
+from irflow.store.records import SearchHit
 
 
 def hit(artifact, score, *, source=None, pointer=None, text="", **meta):

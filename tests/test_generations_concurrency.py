@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from irflow import generations as gens
-from irflow.corpus import build, open_corpus
+from irflow.store import generations as gens
+from irflow.store.corpus import build, open_corpus
 from irflow.errors import CorpusError
-from irflow.ledger import records_for_artifact
-from irflow.records import Record
+from irflow.store.ledger import records_for_artifact
+from irflow.store.records import Record
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the concurrency tests fork processes")
 
@@ -243,7 +243,7 @@ def test_deletes_and_rebuilds_leave_foreign_files_in_a_corpus_alone(tmp_path: Pa
     (root / ".tmp-notes").mkdir()
     (root / "notes.txt").write_text("notes")
     (root / first / "my-annotations.txt").write_text("inside a generation")
-    with caplog.at_level(logging.WARNING, logger="irflow.generations"):
+    with caplog.at_level(logging.WARNING, logger="irflow.store.generations"):
         corpus.store.delete_record(corpus.record_ids[0])
         corpus.store.delete_record(corpus.record_ids[1])
         build(_records(6), embedder="hash:16", path=root)
@@ -262,7 +262,7 @@ def test_leftovers_of_killed_writers_are_cleaned_up(tmp_path: Path) -> None:
     # what a writer killed mid-write leaves: a marked temporary directory, an empty one, a pointer temp file
     marked = root / ".tmp-gen-000002-0123abcd"
     marked.mkdir()
-    (marked / gens.MARKER_FILE).write_bytes(gens._MARKER_TEXT)
+    (marked / gens.MARKER_FILE).write_bytes(gens.MARKER_TEXT)
     (marked / "records.json").write_text("{}")
     (root / ".tmp-gen-000003-89abcdef").mkdir()
     (root / ".tmp-CURRENT-0123abcd").write_text("gen-000002 ")

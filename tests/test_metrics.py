@@ -1,4 +1,4 @@
-"""irflow.metrics agrees with trec_eval (through pytrec_eval) and keeps its conventions."""
+"""irflow.evaluation.metrics agrees with trec_eval (through pytrec_eval) and keeps its conventions."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from irflow.metrics import EvaluationError, Metric, evaluate_run, parse_metric, parse_metrics, per_query, ranked_doc_ids
+from irflow.evaluation.metrics import EvaluationError, Metric, evaluate_run, parse_metric, parse_metrics, per_query, ranked_doc_ids
 
 pytrec_eval = pytest.importorskip("pytrec_eval", reason="pytrec-eval-terrier (dev extra) is needed for the agreement tests")
 
@@ -95,7 +95,7 @@ def test_real_collection_agrees(tmp_path: Path) -> None:
     root = data_dir() / "cranfield"
     if not (root / "qrels" / "test.tsv").is_file():
         pytest.skip(f"{root} is absent (set IRFLOW_DATA to the shared data folder)")
-    from irflow.datasets import load_beir
+    from irflow.evaluation.datasets import load_beir
 
     collection = load_beir(root)
     rng = random.Random(7)

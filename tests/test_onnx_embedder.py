@@ -16,17 +16,17 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from irflow import onnx_embedder
+from irflow.kernels import onnx_embedder
 from irflow.cli import main
-from irflow.corpus import build
-from irflow.embedders import cli_default_embedder, resolve_embedder
+from irflow.store.corpus import build
+from irflow.kernels.embedders import cli_default_embedder, resolve_embedder
 from irflow.errors import EmbedderError
-from irflow.evalcache import corpus_key
-from irflow.datasets import Collection, Document
-from irflow.extras import install_hint
-from irflow.onnx_embedder import OnnxEmbedder, onnx_threads, pinned_model_available
-from irflow.quickstart import run_demo
-from irflow.text import get_analyzer
+from irflow.evaluation.cache import corpus_key
+from irflow.evaluation.datasets import Collection, Document
+from irflow.util.extras import install_hint
+from irflow.kernels.onnx_embedder import OnnxEmbedder, onnx_threads, pinned_model_available
+from irflow.cli.quickstart import run_demo
+from irflow.kernels.text import get_analyzer
 
 HAVE_MODEL = pinned_model_available()
 needs_model = pytest.mark.skipif(not HAVE_MODEL, reason=f"the models extra is not installed ({install_hint('models')})")
@@ -155,7 +155,7 @@ def test_cache_key_follows_the_models_identity(monkeypatch):
     collection = Collection(name="c", path=None, documents={"d": Document("d", "t", "x")}, queries={}, qrels={})
     analyzer = get_analyzer(None)
     hash_key = corpus_key(collection, embedder=resolve_embedder("hash"), analyzer=analyzer, title_mode="prepend")
-    monkeypatch.setattr("irflow.embedders.HASH_EMBEDDER_VERSION", 2)
+    monkeypatch.setattr("irflow.kernels.hash_embedder.HASH_EMBEDDER_VERSION", 2)
     assert corpus_key(collection, embedder=resolve_embedder("hash"), analyzer=analyzer, title_mode="prepend") != hash_key
     pinned = OnnxEmbedder("all-MiniLM-L6-v2").identity()
     assert pinned["weights_sha256"] == onnx_embedder._PINNED_WEIGHTS[2] and pinned["max_length"] == 256
@@ -264,7 +264,7 @@ def test_loading_and_embedding_never_reach_the_network(monkeypatch):
 
 
 def test_irflow_embedder_sets_the_command_line_default(monkeypatch):
-    from irflow.embedders import cli_default_embedder
+    from irflow.kernels.embedders import cli_default_embedder
     from irflow.errors import EmbedderError
 
     monkeypatch.setenv("IRFLOW_EMBEDDER", "hash:64")

@@ -16,13 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import irflow.corpus as corpus_module
-from irflow.corpus import Corpus, build, open_corpus
+import irflow.store.corpus as corpus_module
+from irflow.store.corpus import Corpus, build, open_corpus
 from irflow.errors import CorpusError
-from irflow.generations import PAUSE_ENV
-from irflow.ledger import records_for_artifact
-from irflow.records import Record
-from irflow import text
+from irflow.store.generations import PAUSE_ENV
+from irflow.store.ledger import records_for_artifact
+from irflow.store.records import Record
+from irflow.kernels import text
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -159,7 +159,7 @@ def test_inconsistent_shapes_are_refused(root: Path) -> None:
 
 
 def test_sibling_lookup_by_path_reads_only_the_store(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import irflow.embedders as embedders_module
+    import irflow.kernels.embedders as embedders_module
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("records_for_artifact must not resolve an embedder")
@@ -206,7 +206,7 @@ def test_delete_record_persists_as_a_new_generation(root: Path) -> None:
 
 
 def test_delete_copies_when_hard_links_are_refused(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import irflow.generations as generations
+    import irflow.store.generations as generations
 
     def no_links(source: object, target: object) -> None:
         raise OSError("hard links not supported here")
@@ -240,8 +240,8 @@ def test_delete_after_a_rebuild_is_refused(root: Path) -> None:
 
 _REBUILD = """
 import sys
-from irflow.corpus import build
-from irflow.records import Record
+from irflow.store.corpus import build
+from irflow.store.records import Record
 n = int(sys.argv[2])
 records = [Record(f"new{i // 4}", "chunk", f"replacement text {i} " * 20, {"i": i}) for i in range(n)]
 build(records, embedder="hash:32", path=sys.argv[1])
@@ -249,7 +249,7 @@ build(records, embedder="hash:32", path=sys.argv[1])
 
 _DELETE = """
 import sys
-from irflow.corpus import open_corpus
+from irflow.store.corpus import open_corpus
 corpus = open_corpus(sys.argv[1])
 corpus.store.delete_record(corpus.record_ids[0])
 """
@@ -327,8 +327,8 @@ _CHURN_REBUILDS = """
 import json, sys
 from pathlib import Path
 import numpy as np
-from irflow.corpus import build
-from irflow.records import Record
+from irflow.store.corpus import build
+from irflow.store.records import Record
 original = [Record.from_dict(d) for d in json.loads(Path(sys.argv[2]).read_text())]
 vectors = np.random.default_rng(7).normal(size=(2000, 1024))  # wide: writing dominates the loop
 other = [Record(f"b{i // 4}", "chunk", f"b item {i}", {"i": i}, vector=vectors[i]) for i in range(2000)]
@@ -341,7 +341,7 @@ while True:  # alternate two corpora over one path until killed
 _CHURN_DELETES = """
 import sys
 from pathlib import Path
-from irflow.corpus import open_corpus
+from irflow.store.corpus import open_corpus
 corpus = open_corpus(sys.argv[1])
 Path(sys.argv[2]).write_text("ready")
 for record_id in list(corpus.record_ids):  # row order, so the deleted rows are always a prefix

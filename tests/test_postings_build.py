@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from irflow import postings_build
-from irflow.postings import Postings
+from irflow.kernels import postings_build
+from irflow.kernels.postings import Postings
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent / "benchmarks"))
 from zipf_corpus import zipf_docs  # noqa: E402

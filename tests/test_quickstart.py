@@ -7,8 +7,8 @@ import json
 from click.testing import CliRunner
 
 from irflow.cli import main
-from irflow.installed import distribution_records, split_chunks
-from irflow.quickstart import installed_corpus, run_demo
+from irflow.cli.installed import distribution_records, split_chunks
+from irflow.cli.quickstart import installed_corpus, run_demo
 
 
 def test_installed_distributions_make_a_multi_surface_corpus():

@@ -53,7 +53,7 @@ def test_readme_python_examples_run(tmp_path, monkeypatch):
 
 
 def test_readme_toml_and_yaml_forms_are_the_builtin_hybrid():
-    from irflow.recipe import Recipe, load_recipe
+    from irflow.engine.recipe import Recipe, load_recipe
 
     toml_blocks = _blocks("toml")
     yaml_blocks = _blocks("yaml")
@@ -62,7 +62,7 @@ def test_readme_toml_and_yaml_forms_are_the_builtin_hybrid():
 
 
 def test_readme_swap_example_is_a_valid_recipe():
-    from irflow.recipe import Recipe, load_recipe
+    from irflow.engine.recipe import Recipe, load_recipe
 
     hybrid_toml = _blocks("toml")[0]
     swapped = hybrid_toml.replace(
@@ -74,7 +74,7 @@ def test_readme_swap_example_is_a_valid_recipe():
     recipe = Recipe.from_toml(swapped)
     assert recipe.stages["dense"].kind == "lexical"
     assert recipe != load_recipe("hybrid")
-    from irflow.recipe import ref
+    from irflow.engine.recipe import ref
 
     in_python = load_recipe("hybrid").with_stage(
         "dense", "lexical", inputs=["candidates"], fetch_k=ref("fetch_k"),
@@ -144,7 +144,7 @@ def _write_readme_files(root: Path) -> None:
 @pytest.fixture()
 def readme_dir(tmp_path, monkeypatch):
     """A fresh folder and $IRFLOW_HOME; the plugin README imports is forgotten afterwards."""
-    from irflow.stage import unregister_stage
+    from irflow.engine import unregister_stage
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("IRFLOW_HOME", str(tmp_path / "home"))

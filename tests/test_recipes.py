@@ -8,10 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import irflow.registry as registry
+import irflow.engine.registry as registry
 from engine_fakes import fake_corpus
 from irflow.errors import RecipeError
-from irflow.recipe import (
+from irflow.engine.recipe import (
     DERIVED_RULES,
     FrozenMap,
     OverFetch,
@@ -49,7 +49,7 @@ def test_builtin_recipes_equal_their_python_builders_and_run(name):
 def test_hybrid_yaml_equals_hybrid_toml():
     from importlib.resources import files
 
-    from irflow.stage import _source_subpackage
+    from irflow.engine.kinds import _source_subpackage
 
     text = (files(_source_subpackage("recipes")) / "hybrid.yaml").read_text()
     assert Recipe.from_yaml(text, source="recipes/hybrid.yaml") == load_recipe("hybrid")

@@ -27,13 +27,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from irflow import dense
-from irflow.bm25 import (BM25Params, BM25Stats, PartialStats, bm25_topk, combine_stats, mean_okapi_idf,
+from irflow.kernels import dense
+from irflow.kernels.bm25 import (BM25Params, BM25Stats, PartialStats, bm25_topk, combine_stats, mean_okapi_idf,
                          partial_stats)
-from irflow.dense import dense_topk, exact_scores
+from irflow.kernels.dense import dense_topk, exact_scores
 from irflow.errors import IrflowError
-from irflow.evaluate import evaluate
-from irflow.postings import Postings
+from irflow.evaluation.evaluate import evaluate
+from irflow.kernels.postings import Postings
 from test_bm25 import PATHS, expected_many, kernel_paths
 
 TESTS = Path(__file__).resolve().parent
@@ -326,7 +326,7 @@ def test_bm25_scifact_split_in_three_equals_one_machine() -> None:
     root = DATA / "scifact"
     if not (root / "corpus.jsonl").exists():
         pytest.skip("../shared/data/scifact is absent")
-    from irflow.text import get_analyzer
+    from irflow.kernels.text import get_analyzer
 
     analyzer = get_analyzer("english")
     records = [json.loads(line) for line in open(root / "corpus.jsonl", encoding="utf-8") if line.strip()]

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import irflow.reranking as reranking_module
+import irflow.api.reranking as reranking_module
 from irflow.errors import IrflowError
-from irflow.reranking import (
+from irflow.api.reranking import (
     DEFAULT_CROSS_ENCODER,
     CrossEncoderReranker,
     Reranker,
@@ -427,7 +427,7 @@ def test_missing_sentence_transformers_raises_import_error_naming_the_extra(monk
 def test_importing_the_module_does_not_import_sentence_transformers():
     import subprocess
 
-    code = "import sys, irflow.reranking; print('sentence_transformers' in sys.modules)"
+    code = "import sys, irflow.api.reranking; print('sentence_transformers' in sys.modules)"
     root = Path(__file__).resolve().parents[1]  # the repository, so irflow is importable
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
     assert out.stdout.strip() == "False"

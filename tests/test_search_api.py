@@ -8,21 +8,15 @@ import warnings
 
 import pytest
 
-import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
-import irflow.retrieve as retrieve
-from irflow.corpus import build
-from irflow.paths import HOME_ENV
-from irflow.recipe import Recipe, load_recipe
+import irflow.api.retrieve as retrieve
+from irflow.store.corpus import build
+from irflow.store.paths import HOME_ENV
+from irflow.engine.recipe import Recipe, load_recipe
 from irflow.recipes.builders import search as search_builder
-from irflow.retrieve import as_retriever, search
+from irflow.api.retrieve import as_retriever, search
 from search_reference import records
 
 Q = "graph network tool"
-
-
-@pytest.fixture(scope="module")
-def corpus():
-    return build(records(), embedder="hash", name="toys")
 
 
 # -- the recipe ------------------------------------------------------------------------------
@@ -31,7 +25,7 @@ def corpus():
 def test_the_search_recipe_has_three_equal_forms():
     from importlib.resources import files
 
-    from irflow.stage import _source_subpackage
+    from irflow.engine.kinds import _source_subpackage
 
     toml = load_recipe("search")
     yaml_text = (files(_source_subpackage("recipes")) / "search.yaml").read_text()
@@ -110,11 +104,11 @@ def test_as_retriever_binds_defaults_and_per_call_overrides_win(corpus):
 def test_as_retriever_opens_a_name_once(tmp_path, monkeypatch):
     monkeypatch.setenv(HOME_ENV, str(tmp_path))
     build(records(), embedder="hash", path=tmp_path / "corpora" / "pkgs")
-    import irflow.corpus
+    import irflow.api.retrieve
 
     opened = []
-    original = irflow.corpus.open_corpus
-    monkeypatch.setattr(irflow.corpus, "open_corpus", lambda *a, **kw: opened.append(a) or original(*a, **kw))
+    original = irflow.api.retrieve.open_corpus
+    monkeypatch.setattr(irflow.api.retrieve, "open_corpus", lambda *a, **kw: opened.append(a) or original(*a, **kw))
     retr = as_retriever("pkgs", mode="lexical")
     retr(Q)
     retr("sql parser", k=1)
@@ -179,10 +173,10 @@ def test_cross_encoder_model_names_are_built_lazily_once(corpus, monkeypatch):
 
 
 def test_the_seed_names_are_exported():
-    from irflow.boosts import dependency_evidence_boost
+    from irflow.api.boosts import dependency_evidence_boost
     from irflow.errors import NoLedgerEntry
-    from irflow.federate import fuse_hits
-    from irflow.ledger import records_for_artifact
+    from irflow.api.federate import fuse_hits
+    from irflow.store.ledger import records_for_artifact
 
     assert retrieve.MODES == ("dense", "lexical", "hybrid") and retrieve.FUSIONS == ("rrf", "blend")
     assert (retrieve.DFLT_RRF_K, retrieve.DFLT_BLEND_ALPHA, retrieve.DFLT_BM25_SAT_K) == (60, 0.5, 8.0)

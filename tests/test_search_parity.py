@@ -1,6 +1,6 @@
 """search() is the recipe: over a grid of parameters, search == recipe run == the seed reference.
 
-``irflow.retrieve.search(c, q, **p)`` must equal
+``irflow.api.retrieve.search(c, q, **p)`` must equal
 ``load_recipe("search").run(c, q, **p).hits`` exactly, and both must equal
 ``reference_search`` (tests/search_reference.py, written from the seed's
 text) — record ids in order, scores to float32 precision.
@@ -13,18 +13,11 @@ import random
 
 import pytest
 
-import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
-from irflow.corpus import build
-from irflow.recipe import load_recipe
-from irflow.retrieve import dependency_evidence_boost, search
-from search_reference import records, reference_search
+from irflow.engine.recipe import load_recipe
+from irflow.api.retrieve import dependency_evidence_boost, search
+from search_reference import reference_search
 
 QUERIES = ["fast python parser", "graph network tool", "sql database schema", "http client json", "archive"]
-
-
-@pytest.fixture(scope="module")
-def corpus():
-    return build(records(), embedder="hash", name="toys")
 
 
 def shared_words(query, segments):

@@ -12,12 +12,11 @@ import math
 import numpy as np
 import pytest
 
-import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
-from irflow.batches import Candidates
-from irflow.corpus import build
+from irflow.engine.batches import Candidates
+from irflow.store.corpus import build
 from irflow.errors import FilterError
-from irflow.recipe import load_recipe
-from irflow.retrieve import SearchError, dependency_evidence_boost, search
+from irflow.engine.recipe import load_recipe
+from irflow.api.retrieve import SearchError, dependency_evidence_boost, search
 from search_reference import (
     artifact_text,
     candidate_rows,
@@ -30,11 +29,6 @@ from search_reference import (
 )
 
 Q = "fast python parser"
-
-
-@pytest.fixture(scope="module")
-def corpus():
-    return build(records(), embedder="hash", name="toys")
 
 
 def ids(hits):
@@ -337,7 +331,7 @@ def test_several_texts_run_sub_searches_whose_union_collapses(corpus, mode, per_
 
 
 def test_formulate_is_given_the_query_and_may_come_from_the_registry(corpus):
-    import irflow.registry as registry
+    import irflow.engine.registry as registry
 
     seen = []
     with registry.registered("two_ways", lambda q: seen.append(q) or [q, q.upper()]):

@@ -4,27 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
-import irflow.registry as registry
+import irflow.engine.registry as registry
 from engine_fakes import cands
-from irflow.batches import Candidates, QueryBatch, Scale
-from irflow.corpus import build
+from irflow.engine.batches import Candidates, QueryBatch, Scale
 from irflow.errors import RecipeError
-from irflow.ports import CANDIDATES, QUERIES, QUERY
-from irflow.recipe import OverFetch, RecipeBuilder, ref
-from irflow.stage import StageContext, get_stage_class, stage_params
+from irflow.engine.ports import CANDIDATES, QUERIES, QUERY
+from irflow.engine.recipe import OverFetch, RecipeBuilder, ref
+from irflow.engine import get_stage_class, StageContext
+from irflow.engine.stage import stage_params
 from irflow.stages.boost import Boost
 from irflow.stages.collapse import Collapse
 from irflow.stages.dense import Dense
 from irflow.stages.formulate import Formulate, FormulateError
 from irflow.stages.rerank import Rerank
 from irflow.stages.weight import Weight, WeightError
-from search_reference import records
-
-
-@pytest.fixture(scope="module")
-def corpus():
-    return build(records(), embedder="hash", name="toys")
 
 
 def ctx(corpus, name, queries):

@@ -1,4 +1,4 @@
-"""irflow.significance: t-test against scipy, randomization test against exact enumeration, corrections."""
+"""irflow.evaluation.significance: t-test against scipy, randomization test against exact enumeration, corrections."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from irflow.significance import (
+from irflow.evaluation.significance import (
     Comparison,
     SignificanceError,
     adjust_p_values,

@@ -10,13 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine_fakes import cands
-from irflow.batches import Candidates, QueryBatch, Scale
-from irflow.stage import StageContext
+from irflow.engine.batches import Candidates, QueryBatch, Scale
+from irflow.engine import StageContext
 from irflow.stages.collapse import Collapse
 
 # rows 0..7 -> artifacts
 ARTIFACTS = np.array(["a", "a", "b", "b", "c", "c", "d", "d"], dtype=object)
-CORPUS = SimpleNamespace(artifact_ids=ARTIFACTS)
+# the one corpus-protocol member the collapse reads
+CORPUS = SimpleNamespace(artifact_ids_of=lambda rows: ARTIFACTS[np.asarray(rows, dtype=np.int64)])
 
 
 def run(stage: Collapse, c: Candidates) -> Candidates:

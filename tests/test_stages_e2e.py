@@ -1,6 +1,6 @@
 """End to end: the built-in recipes on a real corpus, against a hand computation.
 
-Builds a real corpus (``irflow.corpus.build``, embedder "hash") and checks
+Builds a real corpus (``irflow.store.corpus.build``, embedder "hash") and checks
 recipes/hybrid's fused scores against numpy cosine over the corpus vectors,
 rank_bm25 over the candidates' tokens, RRF / blend and the per-artifact
 collapse computed by hand.
@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
-import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
-from irflow.recipe import load_recipe
+from irflow.engine.recipe import load_recipe
 
-corpus_module = pytest.importorskip("irflow.corpus", reason="the corpus module is not available yet")
+corpus_module = pytest.importorskip("irflow.store.corpus", reason="the corpus module is not available yet")
 
 WORDS = ["parser", "http", "client", "graph", "sql", "async", "python", "fast", "json", "tool", "network", "cli"]
 

@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 from rank_bm25 import BM25Okapi
 
 from engine_fakes import FakeTopK, embed, fake_corpus, tokens
-from irflow.batches import QueryBatch, Scale
-from irflow.stage import StageContext, get_stage_class, stage_params
+from irflow.engine.batches import QueryBatch, Scale
+from irflow.engine import get_stage_class, StageContext
+from irflow.engine.stage import stage_params
 from irflow.stages._util import spread, unique_texts
 from irflow.stages.dense import Dense
 from irflow.stages.filter import Filter

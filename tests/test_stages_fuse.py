@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine_fakes import cands
-from irflow.batches import Candidates, QueryBatch, Scale
+from irflow.engine.batches import Candidates, QueryBatch, Scale
 from irflow.errors import StageError
-from irflow.stage import StageContext
+from irflow.engine import StageContext
 from irflow.stages.fuse import Fuse
 
 QUERIES = QueryBatch.of(["q0", "q1", "q2"])

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from irflow.corpus import build
+from irflow.store.corpus import build
 from irflow.errors import CorpusError, IrflowError, NoLedgerEntry
-from irflow.ledger import records_for_artifact, resolve_store
-from irflow.records import Record
-from irflow.store import CorpusStore, prepare_records
+from irflow.store.ledger import records_for_artifact, resolve_store
+from irflow.store.records import Record
+from irflow.store.record_store import CorpusStore, prepare_records
 
 
 def _records() -> list[Record]:

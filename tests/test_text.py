@@ -1,4 +1,4 @@
-"""Tests of irflow.text: the analyzers' rules, their manifest round-trip, their errors."""
+"""Tests of irflow.kernels.text: the analyzers' rules, their manifest round-trip, their errors."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from irflow.errors import AnalyzerError
-from irflow.stopwords import ENGLISH_STOPWORDS, STOPWORDS
-from irflow.text import ANALYZER_VERSION, ANALYZERS, DEFAULT_ANALYZER, Analyzer, get_analyzer
+from irflow.kernels.stopwords import ENGLISH_STOPWORDS, STOPWORDS
+from irflow.kernels.text import ANALYZER_VERSION, ANALYZERS, DEFAULT_ANALYZER, Analyzer, get_analyzer
 
 # Text that exercises every rule: cases, joiners, underscores, digits, and the
 # two characters whose lowercasing is not one-to-one and context-free.
@@ -288,7 +288,7 @@ def test_wrong_types() -> None:
 
 
 def test_full_caches_change_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    import irflow.text as text_module
+    import irflow.kernels.text as text_module
 
     texts = ["The rank_bm25 libraries", "camelCase.Thing ran", "ΟΔΟΣ_ΚΑΙ İstanbul_Foo"]
     expected = {name: [get_analyzer(name)(t) for t in texts] for name in ANALYZERS}

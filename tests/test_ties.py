@@ -14,11 +14,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
-from irflow.batches import Candidates, QueryBatch
-from irflow.corpus import build
-from irflow.recipe import builtin_recipes, load_recipe
-from irflow.records import Record
+from irflow.engine.batches import Candidates, QueryBatch
+from irflow.engine.recipe import builtin_recipes, load_recipe
+from irflow.store.corpus import build
+from irflow.store.records import Record
 
 TEXTS = ["sql parser", "fast sql parser", "http client", "graph tool", "parser", "sql parser tool", "json"]
 KINDS = ["name", "description", "readme_chunk", "deps"]

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from irflow.topk import TopK, topk_keyed, topk_matrix, topk_rows
+from irflow.kernels.topk import TopK, topk_keyed, topk_matrix, topk_rows
 
 
 def reference(scores: np.ndarray, k: int, keys: np.ndarray | None = None) -> np.ndarray:

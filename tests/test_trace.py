@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pytest
 
-import irflow.trace
-from irflow.batches import Candidates, QueryBatch
-from irflow.corpus import build
-from irflow.executor import StageEvent, TraceRecorder
-from irflow.recipe import load_recipe
-from irflow.trace import NotInTrace, Summary, Trace, TraceError, diff, jsonable
+import irflow.engine.trace
+from irflow.engine.batches import Candidates, QueryBatch
+from irflow.store.corpus import build
+from irflow.engine.executor import StageEvent, TraceRecorder
+from irflow.engine.recipe import load_recipe
+from irflow.engine.trace import NotInTrace, Summary, Trace, TraceError, diff, jsonable
 
 WORDS = ["parser", "http", "client", "graph", "sql", "async", "python", "fast", "json", "tool"]
 
@@ -33,12 +33,6 @@ def _records() -> list[dict]:
 @pytest.fixture(scope="module")
 def corpus():
     return build(_records(), embedder="hash", name="tracetest")
-
-
-@pytest.fixture(scope="module")
-def hybrid():
-    # these tests read RRF's columns and parameters: the fusion before issue 14 made the blend the default
-    return load_recipe("hybrid").with_params(fusion="rrf", bm25_sat_k=8.0)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +63,7 @@ def test_an_untraced_run_creates_no_trace(corpus, hybrid, monkeypatch):
         raise AssertionError("a Trace was created with trace=False")
 
     monkeypatch.setattr(Trace, "from_recorder", forbidden)
-    monkeypatch.setattr(irflow.trace, "Trace", None)  # even the class is never looked up
+    monkeypatch.setattr(irflow.engine.trace, "Trace", None)  # even the class is never looked up
     result = hybrid.run(corpus, "python parser", k=2)
     assert result.trace is None and len(result.hits) == 2
 

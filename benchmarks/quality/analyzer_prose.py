@@ -29,10 +29,10 @@ import numpy as np
 import Stemmer
 from rank_bm25 import BM25Okapi
 
-import irflow.text as text
-from irflow.datasets import load_beir
-from irflow.evaluate import evaluate, evaluate_runs, holdout_split
-from irflow.stopwords import ENGLISH_STOPWORDS
+import irflow.kernels.text as text
+from irflow.evaluation.datasets import load_beir
+from irflow.evaluation.evaluate import evaluate, evaluate_runs, holdout_split
+from irflow.kernels.stopwords import ENGLISH_STOPWORDS
 
 DATA = Path(os.environ.get("IRFLOW_DATA") or "../shared/data")
 METRICS = "ndcg@10,recall@1000"

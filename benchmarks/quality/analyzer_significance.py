@@ -3,9 +3,9 @@
 Run from the repository root: python benchmarks/quality/analyzer_significance.py   (after pip install -e .)
 Tuning queries: SciFact qrels/train.tsv (809); Cranfield and CISI: holdout_split(seed=0) 'tune' half.
 """
-from irflow.datasets import load_beir
-from irflow.evaluate import evaluate, holdout_split
-from irflow.significance import compare_many
+from irflow.evaluation.datasets import load_beir
+from irflow.evaluation.evaluate import evaluate, holdout_split
+from irflow.evaluation.significance import compare_many
 
 D = __import__("os").environ.get("IRFLOW_DATA") or "../shared/data"
 sets = {

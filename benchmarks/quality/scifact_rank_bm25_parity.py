@@ -1,5 +1,5 @@
 """rank_bm25 (BM25Okapi, default k1=1.5, b=0.75, epsilon=0.25) over title + text on SciFact test,
-scored with irflow.metrics, next to irflow's lexical recipe on the very same tokens.
+scored with irflow.evaluation.metrics, next to irflow's lexical recipe on the very same tokens.
 
 Run from the repository root: python benchmarks/quality/scifact_rank_bm25_parity.py   (after pip install -e .)
 """
@@ -10,11 +10,11 @@ import time
 import numpy as np
 from rank_bm25 import BM25Okapi
 
-from irflow.corpus import build
-from irflow.datasets import load_beir
-from irflow.evaluate import evaluate
-from irflow.metrics import evaluate_run
-from irflow.text import Analyzer
+from irflow.store.corpus import build
+from irflow.evaluation.datasets import load_beir
+from irflow.evaluation.evaluate import evaluate
+from irflow.evaluation.metrics import evaluate_run
+from irflow.kernels.text import Analyzer
 
 DATA = sys.argv[1] if len(sys.argv) > 1 else "../shared/data/scifact"
 METRICS = ["ndcg@10", "recall@100"]

@@ -4,9 +4,9 @@ Run from the repository root: python benchmarks/quality/sweep_reuse.py   (after 
 """
 import time
 
-from irflow.datasets import load_beir
-from irflow.evaluate import evaluate
-from irflow.sweep import expand_sweep
+from irflow.evaluation.datasets import load_beir
+from irflow.evaluation.evaluate import evaluate
+from irflow.evaluation.sweep import expand_sweep
 
 collection = load_beir("../shared/data/scifact", "train")
 sweep = {"alpha": [0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8], "bm25_sat_k": [4, 8, 16]}

@@ -1,0 +1,142 @@
+"""A run's recipe parameters: defaults, then the caller's arguments, then the derived ones — checked.
+
+A bad argument is the caller's fault, not the recipe's: it raises
+:class:`~irflow.errors.ParameterError` naming the argument, what it takes and
+a value that works (an unknown name with the closest one, a value outside
+``[choices]``, a value a stage or derived rule reading it refuses).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from irflow.engine.instantiate import evaluate_derived, field_problem
+from irflow.engine.kinds import get_stage_class
+from irflow.engine.model import DERIVED_RULES, RecipeSpec, param_ref, thaw
+from irflow.engine.stage import stage_params
+from irflow.engine.validators import closest, did_you_mean, listing
+from irflow.errors import ParameterError, RecipeError
+
+__all__ = ["resolve_params", "run_argument_problems"]
+
+
+def _among(value: Any, allowed: Sequence[Any]) -> bool:
+    return any(value == a and isinstance(value, bool) == isinstance(a, bool) for a in allowed)
+
+
+def resolve_params(recipe: RecipeSpec, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Recipe parameters for a run: defaults, then ``overrides``, then derived ones.
+
+    A bad override raises :class:`~irflow.errors.ParameterError` (a
+    RecipeError) naming the caller's argument, not the recipe file: an
+    unknown name (with the recipe's parameters and the closest one), a
+    value outside ``[choices]``, or a value a stage or derived rule
+    reading it refuses (with what it takes and a value that works).
+    """
+    overrides = dict(overrides or {})
+    names = list(dict.fromkeys([*recipe.params, *recipe.derived]))
+    bad: list[tuple[Any, ...]] = []
+    for name, value in overrides.items():
+        if name not in names:
+            match = closest(str(name), names)
+            bad.append((name, value, f"recipe {recipe.name!r} has no parameter {name!r}; its parameters are "
+                                     f"{listing(names)}", None if match is None else (match, value, "did you mean")))
+    if bad:
+        raise ParameterError(recipe.name, bad, source=recipe.source)
+    values = {**dict(recipe.params), **overrides}
+    problems = []
+    for name, allowed in recipe.choices.items():
+        value = values.get(name)
+        if value is not None and not _among(value, allowed):
+            if name in overrides:
+                match = closest(str(value), [str(a) for a in allowed]) if isinstance(value, str) else None
+                bad.append((name, value, f"must be one of {', '.join(map(repr, allowed))}",
+                            (name, match, "did you mean") if match is not None else (name, allowed[0], "e.g.")))
+            else:
+                problems.append(f"{recipe.source}: parameter {name!r} = {value!r} is not one of "
+                                f"{', '.join(map(repr, allowed))}{did_you_mean(value, [str(a) for a in allowed]) if isinstance(value, str) else ''}")
+    if bad:
+        raise ParameterError(recipe.name, bad, source=recipe.source)
+    if problems:
+        raise RecipeError(problems, source=recipe.source)
+    bad = run_argument_problems(recipe, overrides)
+    if bad:
+        raise ParameterError(recipe.name, bad, source=recipe.source)
+    # derived parameters read the values as given (never each other's results), so the
+    # order of the [derived] tables cannot matter
+    given = dict(values)
+    for name, spec in recipe.derived.items():
+        values[name] = evaluate_derived(recipe, spec, given, given=given.get(name))
+    return values
+
+
+def _readers(recipe: RecipeSpec) -> dict[str, list[tuple[str, "attrs.Attribute", Any]]]:
+    """Per recipe parameter, who reads it: (who, attrs field, ParamInfo or None); built once per recipe."""
+    return recipe.memo("readers", lambda: _find_readers(recipe))
+
+
+def _find_readers(recipe: RecipeSpec) -> dict[str, list[tuple[str, "attrs.Attribute", Any]]]:
+    found: dict[str, list[tuple[str, attrs.Attribute, Any]]] = {}
+    for stage_name, spec in recipe.stages.items():
+        cls = get_stage_class(spec.kind)
+        if cls is None:
+            continue
+        fields, infos = attrs.fields_dict(cls), stage_params(cls)
+        for key, raw in spec.params.items():
+            name = param_ref(raw)
+            if name is not None and key in fields and fields[key].init:
+                found.setdefault(name, []).append((f"stage {stage_name}", fields[key], infos.get(key)))
+    for derived_name, spec in recipe.derived.items():
+        cls = DERIVED_RULES.get(spec.rule)
+        if cls is None:
+            continue
+        fields = attrs.fields_dict(cls)
+        for key, raw in spec.args.items():
+            name = None if isinstance(raw, tuple) else param_ref(raw)
+            if name is not None and key in fields:
+                found.setdefault(name, []).append((f"derived {derived_name}", fields[key], None))
+    return found
+
+
+def run_argument_problems(recipe: RecipeSpec, given: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """The caller's run arguments that a stage or derived rule reading them refuses.
+
+    One entry per bad argument, ``(name, value, reason, fix)`` as
+    :class:`~irflow.errors.ParameterError` takes it: the reason says what
+    is wrong (each distinct complaint once), who reads the value and what
+    it takes; the fix is the recipe's default when that one is accepted.
+    ``None`` values are skipped (a stage's own default applies).  Each value
+    goes through the readers' own converters and validators only, so a
+    valid call pays a few attribute checks.
+    """
+    readers = _readers(recipe)
+    out: list[tuple[Any, ...]] = []
+    for name, value in given.items():
+        uses = readers.get(name)
+        if value is None or not uses:
+            continue
+        default = recipe.params.get(name)
+        if type(value) is type(default) and isinstance(value, (str, int, float)) and value == default:
+            continue  # the recipe's own default, checked when the recipe was validated (search() passes them all)
+        complaints: dict[str, list[str]] = {}
+        valid = ""
+        for who, field, info in uses:
+            phrase = field_problem(field, thaw(value))
+            if phrase is None:
+                continue
+            complaints.setdefault(phrase, [])
+            if who not in complaints[phrase]:
+                complaints[phrase].append(who)
+            if not valid and info is not None and info.doc:  # the first documented reader says what it takes
+                valid = f"; valid: {info.type} — {info.doc}"
+        if not complaints:
+            continue
+        reason = "; ".join(f"{phrase} (read by {', '.join(whos)})" for phrase, whos in complaints.items())
+        fix = None
+        if default is not None and all(field_problem(field, thaw(default)) is None for _, field, _ in uses):
+            fix = (name, thaw(default), "e.g.")
+        out.append((name, value, reason + valid, fix))
+    return out

@@ -1,0 +1,188 @@
+"""The DAG of a validated recipe, ready to run.
+
+A :class:`Pipeline` holds what validation learned (each stage's kind class,
+its port bindings, the graph) and answers the executor's questions: which
+stages does an output need (its ancestors — and none behind an injected
+override), in which order (a topological order, ties broken by declaration
+order so runs and traces are reproducible), and which stage objects a run's
+parameter values make (validated, cached per values).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+import networkx as nx
+
+from irflow.engine.batches import Scale
+from irflow.engine.graph import QUERY_NODE
+from irflow.engine.instantiate import instantiate, stage_values
+from irflow.engine.model import FrozenMap, RecipeSpec, StageSpec
+from irflow.engine.stage import Stage, stage_params
+from irflow.engine.facts import stage_label, upstreams
+from irflow.engine.validate import analyze
+from irflow.engine.validators import did_you_mean
+from irflow.errors import RecipeError
+from irflow.util.cachekey import UnkeyableError, cache_key
+
+__all__ = ["Pipeline"]
+
+
+@attrs.frozen(eq=False)
+class Pipeline:
+    """A validated recipe as a DAG, ready to run.
+
+    ``classes[stage]`` is the stage's kind class, ``bindings[stage]`` maps its
+    ports to upstream names, ``order`` is the whole recipe in execution order.
+    """
+
+    recipe: RecipeSpec
+    graph: nx.DiGraph
+    classes: Mapping[str, type[Stage]]
+    bindings: Mapping[str, Mapping[str, tuple[str, ...]]]
+    order: tuple[str, ...]
+    _instances: dict[Any, Any] = attrs.field(factory=dict, init=False, repr=False)
+
+    @classmethod
+    def of(cls, recipe: RecipeSpec) -> "Pipeline":
+        """The pipeline of ``recipe``, validated and built once per recipe object."""
+        return recipe.memo("pipeline", lambda: cls.from_recipe(recipe))
+
+    @classmethod
+    def from_recipe(cls, recipe: RecipeSpec) -> "Pipeline":
+        """Validate ``recipe`` (one RecipeError with every problem) and build its pipeline."""
+        analysis = analyze(recipe)
+        if analysis.problems:
+            raise RecipeError(list(analysis.problems), source=recipe.source)
+        graph = analysis.graph
+        index = nx.get_node_attributes(graph, "index")
+        order = tuple(n for n in nx.lexicographical_topological_sort(graph, key=lambda n: index[n])
+                      if n != QUERY_NODE)
+        return cls(recipe, graph, FrozenMap(analysis.classes), FrozenMap(analysis.bindings), order)
+
+    def upstream(self, stage: str) -> set[str]:
+        """Every stage ``stage`` depends on (its ancestors, without ``"query"``)."""
+        self._known(stage)
+        return set(nx.ancestors(self.graph, stage)) - {QUERY_NODE}
+
+    def downstream(self, stage: str) -> set[str]:
+        """Every stage that depends on ``stage``."""
+        self._known(stage)
+        return set(nx.descendants(self.graph, stage))
+
+    def needed(self, output: str | None = None, overrides: Iterable[str] = ()) -> tuple[str, ...]:
+        """The stages a run of ``output`` executes, in execution order.
+
+        Walks upstream from the output and stops at overridden stages: what
+        only an override needs does not run.  Overridden stages are included
+        (the executor takes their output from the override).
+        """
+        output = output or self.recipe.output
+        self._known(output)
+        stop = set(overrides)
+        seen = {output}
+        stack = [output]
+        while stack:
+            node = stack.pop()
+            if node in stop:
+                continue
+            for parent in self.graph.predecessors(node):
+                if parent != QUERY_NODE and parent not in seen:
+                    seen.add(parent)
+                    stack.append(parent)
+        return tuple(n for n in self.order if n in seen)
+
+    def _known(self, stage: str) -> None:
+        if stage not in self.classes:
+            raise KeyError(f"recipe {self.recipe.name!r} has no stage {stage!r}"
+                           f"{did_you_mean(stage, self.classes)}; stages: {', '.join(self.order)}")
+
+    def spec(self, stage: str) -> StageSpec:
+        return self.recipe.stages[stage]
+
+    def instances(self, values: Mapping[str, Any], stages: Iterable[str]) -> dict[str, Stage]:
+        """Stage objects for these recipe-parameter values (validated; cached per values).
+
+        Raises one RecipeError naming every stage whose resolved parameters
+        are invalid (e.g. ``run(..., k="ten")``).
+        """
+        stages = tuple(stages)
+        # Type-exact: with an equality key, rrf_k=True would reuse the instances validated for rrf_k=1
+        # and {"n": True} the filter of {"n": 1}; a hit stands for the very same values, validated before.
+        try:
+            key: Any = (stages, cache_key(dict(values)))
+        except UnkeyableError:
+            key = None
+        if key is not None and key in self._instances:
+            return self._instances[key]
+        made = _resolved_instances(self, values, stages)
+        if key is not None:
+            if len(self._instances) >= 64:  # a sweep's worth; drop the oldest
+                self._instances.pop(next(iter(self._instances)))
+            self._instances[key] = made
+        return made
+
+    # -- rendering (text, offline) -------------------------------------------
+
+    def to_mermaid(self) -> str:
+        """The DAG as a Mermaid flowchart."""
+        lines = ["flowchart LR", f"    {QUERY_NODE}([query])"]
+        for name in self.order:
+            lines.append(f"    {_node_id(name)}[\"{name}<br/>{self.classes[name].kind}\"]")
+        for source, target, data in self.graph.edges(data=True):
+            label = ",".join(data["ports"])
+            lines.append(f"    {_node_id(source)} -->|{label}| {_node_id(target)}")
+        return "\n".join(lines) + "\n"
+
+    def to_dot(self) -> str:
+        """The DAG in Graphviz DOT."""
+        lines = ["digraph recipe {", "    rankdir=LR;", f"    \"{QUERY_NODE}\" [shape=oval];"]
+        for name in self.order:
+            lines.append(f"    \"{name}\" [shape=box, label=\"{name}\\n{self.classes[name].kind}\"];")
+        for source, target, data in self.graph.edges(data=True):
+            lines.append(f"    \"{source}\" -> \"{target}\" [label=\"{','.join(data['ports'])}\"];")
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+
+def _node_id(name: str) -> str:
+    return name.replace("-", "_")
+
+
+def _resolved_instances(pipeline: Pipeline, values: Mapping[str, Any], stages: Iterable[str]) -> dict[str, Stage]:
+    """Stage objects for a run's parameter values, with parameter and scale checks.
+
+    Raises one RecipeError naming every stage whose resolved parameters are
+    invalid or whose inputs' scales it cannot take.
+    """
+    recipe = pipeline.recipe
+    src = recipe.source
+    names = set(recipe.params) | set(recipe.derived)
+    stages = tuple(stages)
+    problems: list[str] = []
+    made: dict[str, Stage] = {}
+    for name in stages:
+        cls = pipeline.classes[name]
+        spec = recipe.stages[name]
+        values_, via = stage_values(spec, values, names, stage_params(cls))
+        instance, bad = instantiate(cls, values_, via, stage_label(src, name, cls.kind))
+        problems.extend(bad)
+        if instance is not None:
+            made[name] = instance
+    if problems:
+        raise RecipeError(problems, source=src)
+    scales: dict[str, frozenset[Scale] | None] = {}
+    wanted = set(stages)
+    for name in pipeline.order:
+        if name not in wanted:
+            scales[name] = None
+            continue
+        ups = upstreams(pipeline.bindings[name], pipeline.classes, scales)
+        scales[name] = made[name].output_scales(ups)
+        label = stage_label(src, name, pipeline.classes[name].kind)
+        problems.extend(f"{label}: {message}" for message in made[name].check(ups))
+    if problems:
+        raise RecipeError(problems, source=src)
+    return made

@@ -1,0 +1,126 @@
+"""The result of running a recipe: hits, and every stage's output.
+
+``result.hits`` is what callers usually want: for a single query string, its
+list of :class:`~irflow.store.records.SearchHit`; for a list of queries, one list
+per query.  ``result.output("fuse")`` returns any stage's output as it
+flowed through the DAG (a :class:`~irflow.engine.batches.Candidates`, a mask, a
+query batch), so intermediate rankings can be inspected or injected into
+another run (``overrides=``).  ``result.trace`` is an :class:`irflow.engine.trace.Trace`
+when the run was traced (None otherwise) and ``result.explain(hit)`` says
+why a hit ranks where it does.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import numpy as np
+
+from irflow.engine.batches import Candidates, QueryBatch
+from irflow.engine.explain import Explanation, explain_result
+from irflow.engine.model import QUERY_NODE, RecipeSpec
+from irflow.engine.trace import Trace
+from irflow.errors import IrflowError
+from irflow.store.protocol import CorpusProtocol
+
+__all__ = ["Result"]
+
+
+def _as_trace(value: Any) -> Trace | None:
+    """The executor's TraceRecorder wrapped as a Trace; None (an untraced run) costs nothing."""
+    if value is None:
+        return None
+    return value if isinstance(value, Trace) else Trace.from_recorder(value)
+
+
+@attrs.frozen(slots=False, eq=False)  # slots=False: the hits are computed once, on first access
+class Result:
+    """What :meth:`irflow.engine.recipe.Recipe.run` returns.
+
+    ``outputs`` maps every stage that ran (and ``"query"``, the raw batch) to
+    its output; ``params`` holds the resolved recipe parameters of the run.
+    """
+
+    recipe: RecipeSpec
+    corpus: CorpusProtocol
+    queries: QueryBatch
+    single: bool
+    params: Mapping[str, Any]
+    outputs: Mapping[str, Any]
+    trace: Trace | None = attrs.field(default=None, converter=_as_trace)  # None unless run with trace=True
+    output_name: str = ""  # the stage whose output is the result ("" = the recipe's output)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.output_name:
+            object.__setattr__(self, "output_name", self.recipe.output)
+
+    def output(self, name: str | None = None) -> Any:
+        """The output of stage ``name`` (default: the recipe's output).
+
+        A stage that exists but did not run (an override replaced everything
+        it feeds) raises a KeyError saying so.
+        """
+        name = name or self.output_name
+        if name in self.outputs:
+            return self.outputs[name]
+        if name in self.recipe.stages:
+            raise KeyError(f"stage {name!r} did not run in this call: an override replaced every stage "
+                           f"it feeds; stages that ran: {', '.join(n for n in self.outputs if n != QUERY_NODE)}")
+        raise KeyError(f"recipe {self.recipe.name!r} has no stage {name!r}; stages: "
+                       f"{', '.join(self.recipe.stages)}")
+
+    @property
+    def candidates(self) -> Candidates:
+        """The output stage's Candidates (an IrflowError if the output is of another type)."""
+        value = self.output()
+        if not isinstance(value, Candidates):
+            raise IrflowError(f"the output stage {self.output_name!r} produced {type(value).__name__}, "
+                              "not Candidates")
+        return value
+
+    @functools.cached_property
+    def hits(self) -> Any:
+        """SearchHits of the output: a list for one query string, a list of lists for a batch.
+
+        Candidates of a reformulated batch are grouped by original query, in
+        order.  An inactive output gives empty lists.
+        """
+        value = self.output()
+        n = self.queries.n_original
+        if isinstance(value, list):  # a Hits output: already per original query
+            per_query = value
+        elif isinstance(value, Candidates):
+            per_query = [[] for _ in range(n)]
+            if len(value):
+                origin = value.origin_index
+                if value.queries.n_original != n:
+                    raise IrflowError(f"the output's query batch has {value.queries.n_original} original "
+                                      f"queries, the run had {n}")
+                order = np.argsort(origin, kind="stable")
+                hits = self.corpus.hits(value.row[order], value.score[order])
+                for q, hit in zip(origin[order].tolist(), hits):  # the output is small: k per query
+                    per_query[q].append(hit)
+        else:
+            raise IrflowError(f"the output stage {self.output_name!r} produced {type(value).__name__}, "
+                              "which has no hits; make a stage producing Candidates or Hits the output")
+        return per_query[0] if self.single else per_query
+
+    def explain(self, hit: Any, *, query: int | None = None) -> Explanation:
+        """Why ``hit`` ranks where it does: its score and rank at every stage it passed.
+
+        ``hit`` is a SearchHit of ``self.hits``, a record id or an artifact
+        id; ``query`` picks the query of a batch (default: the one whose hits
+        hold this SearchHit, else the first whose output holds the record).
+        Nothing is re-run: a traced run explains every stage from the trace,
+        an untraced one from the provenance columns carried to the output.
+
+        >>> print(result.explain(result.hits[0]))   # doctest: +SKIP
+        """
+        return explain_result(self, hit, query=query)
+
+    def __repr__(self) -> str:
+        return (f"Result(recipe={self.recipe.name!r}, queries={len(self.queries)}, "
+                f"stages_run={len(self.outputs) - 1}, traced={self.trace is not None})")

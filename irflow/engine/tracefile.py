@@ -1,0 +1,479 @@
+"""Trace files: the JSON Lines form of a trace, written by ``Trace.dump`` and read by ``Trace.load``.
+
+Every field of a file is checked before it is used (a malformed or hostile file is a
+:class:`~irflow.errors.TraceError` naming the file, the line and the field), and sizes are
+bounded before anything is allocated.
+
+JSON Lines schema (``Trace.dump``; ``format_version`` 1).  Line 1 is the header::
+
+    {"type": "header", "format": "irflow-trace", "format_version": 1,
+     "recipe": "hybrid", "recipe_source": "recipes/hybrid.toml", "recipe_dict": {...},
+     "params": {...resolved recipe parameters...}, "queries": ["q0", "q1"],
+     "corpus": "name" | null, "n_rows": 40 | null, "irflow_version": "0.1.0",
+     "stages": ["candidates", "dense", ...]}
+
+then one line per (stage, original query), stages in execution order::
+
+    {"type": "stage", "stage": "fuse", "kind": "fuse", "query": "q0", "query_index": 0,
+     "status": "ran" | "cached" | "override" | "inactive",
+     "elapsed_ms": 0.4,                  # the stage's time for the whole batch (it runs once)
+     "params": {...},                    # JSON-safe: callables as "<module.name>", numpy as lists
+     "ports": {"inputs": ["dense", "lexical"]},
+     "output_type": "candidates" | "mask" | "queries" | "hits" | "inactive" | "other",
+     "scale": "rrf" | null, "active": true, "count": 18,
+     "columns": {"fuse.dense.rank": "<i4", ...},   # provenance column -> numpy dtype
+     "batch": null | {"texts": [...], "origin": [...]},   # set when the batch was reformulated
+     "candidates": [{"record_id", "artifact_id", "surface_kind", "row", "score", "rank",
+                     "provenance": {column: value}, "subquery": int (reformulated batches only)}],
+     "output": {...},                    # non-candidate outputs: {"type": "mask", "count", "size"} ...
+     "inputs": {"dense": {"type": "candidates", "scale", "active", "count", "columns", "batch",
+                          "candidates"}, "query": {"type": "queries", "texts": [...]}, ...}}
+
+Floats that JSON cannot hold are written as ``null`` (NaN: an absent
+provenance entry) and ``"inf"`` / ``"-inf"``.  ``columns`` restores the exact
+dtypes on load, so a loaded trace holds real
+:class:`~irflow.engine.batches.Candidates` again (masks and hit lists come back as
+:class:`Summary` objects: their counts, not their content).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from irflow.engine.batches import Candidates, QueryBatch, Scale
+from irflow.engine.events import INACTIVE, StageEvent
+from irflow.engine.validators import is_finite
+from irflow.engine.values import Summary, json_float, jsonable
+from irflow.errors import TraceError, TraceFileNotFound
+from irflow.util.fileio import MAX_NESTING, check_nesting, decode_utf8, open_regular, read_lines, shown, \
+    too_many_digits
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "MAX_TRACE_BYTES", "MAX_STRING_ITEMSIZE", "MAX_COLUMN_BYTES", "render",
+           "candidate_dicts", "query_positions", "json_line", "read_trace_file", "parse_trace_records", "ParsedTrace"]
+
+#: Row -> (record ids, artifact ids, surface kinds) of those rows: how rendering names candidates.
+Identify = Callable[[np.ndarray], tuple[list[Any], list[Any], list[Any]]]
+
+FORMAT = "irflow-trace"
+FORMAT_VERSION = 1
+
+#: The largest trace file :meth:`Trace.load` reads (its lines are held in memory): 1 GiB.
+MAX_TRACE_BYTES = 1 << 30
+#: The widest fixed-width string provenance column a trace file may declare (``"<U1024"``, ``"|S1024"``).
+MAX_STRING_ITEMSIZE = 1024
+#: The most memory one provenance column of a loaded trace may take: 256 MiB.
+MAX_COLUMN_BYTES = 256 << 20
+#: Rows, ranks and query indexes read from a trace are below this (numpy int64 holds them).
+_MAX_INDEX = 1 << 62
+
+# the dtypes Trace.dump writes for provenance columns (numpy's dtype.str): bool, ints, floats, object,
+# fixed-width strings; anything else in a file (void, datetime, structured, "<U5000000"...) is refused
+_DTYPE = re.compile(r"^[<>|=]?(?:b1|[iu][1248]|f[248]|O|[US]([1-9][0-9]{0,9}))\Z")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_SCALES = tuple(scale.value for scale in Scale)
+
+
+def _encode_column(column: np.ndarray) -> list[Any]:
+    if column.dtype.kind == "f":
+        return [json_float(v) for v in column.tolist()]
+    if column.dtype.kind == "O":
+        return [jsonable(v) for v in column.tolist()]
+    return column.tolist()
+
+
+def _decode_column(values: Sequence[Any], dtype: str, name: str = "score") -> np.ndarray:
+    """A column of a loaded trace; TraceError for a dtype off the allow-list or a value it cannot hold."""
+    dt = _column_dtype(dtype, name)
+    if dt.itemsize * len(values) > MAX_COLUMN_BYTES:
+        raise TraceError(f"column {name!r} ({dtype}) of {len(values)} entries would take "
+                         f"{dt.itemsize * len(values)} bytes, over the limit of {MAX_COLUMN_BYTES}")
+    try:
+        if dt.kind == "f":
+            return np.array([np.nan if v is None else float(v) for v in values], dtype=dt)
+        if dt.kind == "O":
+            out = np.empty(len(values), dtype=object)
+            out[:] = list(values)
+            return out
+        if dt.kind in "US" and any(not isinstance(v, str) for v in values):
+            raise TypeError("a string column holds a non-string")
+        if dt.kind in "iub" and any(not isinstance(v, (int, float)) for v in values):
+            raise TypeError("a number column holds a non-number")
+        return np.asarray(list(values), dtype=dt)
+    except (TypeError, ValueError, OverflowError) as error:
+        raise TraceError(f"column {name!r} ({dtype}) holds a value it cannot ({error})") from None
+
+
+def _column_dtype(dtype: Any, name: str) -> np.dtype:
+    match = _DTYPE.match(dtype) if isinstance(dtype, str) else None
+    if match is None:
+        raise TraceError(f"column {name!r} has dtype {dtype!r}, not one a trace holds (bool, int, uint, float, "
+                         f"object, or a string of at most {MAX_STRING_ITEMSIZE} characters)")
+    if match.group(1) is not None and int(match.group(1)) > MAX_STRING_ITEMSIZE:
+        raise TraceError(f"column {name!r} has dtype {dtype!r}: strings of {match.group(1)} characters, over the "
+                         f"limit of {MAX_STRING_ITEMSIZE}")
+    return np.dtype(dtype)
+
+
+# --------------------------------------------------------------------------
+# rendering one value for one original query
+
+
+def query_positions(cands: Candidates, query: int) -> np.ndarray:
+    """Positions of the candidates of original query ``query``, in batch order."""
+    return np.flatnonzero(cands.origin_index == query)
+
+
+def candidate_dicts(cands: Candidates, positions: np.ndarray, ident: Identify) -> list[dict[str, Any]]:
+    rows = cands.row[positions]
+    record_ids, artifact_ids, kinds = ident(rows)
+    columns = {name: _encode_column(col[positions]) for name, col in cands.provenance.items()}
+    scores = _encode_column(cands.score[positions])
+    ranks = cands.rank[positions].tolist()
+    subqueries = None if cands.queries.is_root else cands.query_index[positions].tolist()
+    out = []
+    # one dict per candidate: this runs when a trace is rendered, never on the search path
+    for i, row in enumerate(rows.tolist()):
+        entry = {"record_id": record_ids[i], "artifact_id": artifact_ids[i], "surface_kind": kinds[i],
+                 "row": row, "score": scores[i], "rank": ranks[i],
+                 "provenance": {name: values[i] for name, values in columns.items()}}
+        if subqueries is not None:
+            entry["subquery"] = subqueries[i]
+        out.append(entry)
+    return out
+
+
+def render(value: Any, query: int, ident: Identify) -> dict[str, Any]:
+    """One stage input or output, for one original query, as JSON data (``"type"`` says what it is)."""
+    if isinstance(value, Summary):
+        return {"type": value.type, **value.fields}
+    if value is INACTIVE:
+        return {"type": "inactive"}
+    if isinstance(value, Candidates):
+        positions = query_positions(value, query)
+        batch = None if value.queries.is_root else {"texts": list(value.queries.texts),
+                                                    "origin": value.queries.origin.tolist()}
+        return {"type": "candidates", "scale": value.scale.value, "active": value.active,
+                "count": int(positions.size), "columns": {n: c.dtype.str for n, c in value.provenance.items()},
+                "batch": batch, "candidates": candidate_dicts(value, positions, ident)}
+    if isinstance(value, np.ndarray) and value.dtype == np.bool_:
+        return {"type": "mask", "count": int(np.count_nonzero(value)), "size": int(value.size)}
+    if isinstance(value, QueryBatch):
+        texts = [t for t, o in zip(value.texts, value.origin.tolist()) if o == query]
+        out: dict[str, Any] = {"type": "queries", "count": len(texts), "texts": texts}
+        if not value.is_root:
+            out["batch"] = {"texts": list(value.texts), "origin": value.origin.tolist()}
+        return out
+    if isinstance(value, list):  # a Hits output: one list of SearchHit per original query
+        hits = value[query] if query < len(value) else []
+        return {"type": "hits", "count": len(hits),
+                "hits": [jsonable(h.to_dict()) if hasattr(h, "to_dict") else repr(h) for h in hits]}
+    return {"type": "other", "repr": repr(value)}
+
+
+def _restore(parts: Sequence[Mapping[str, Any]], originals: tuple[str, ...]) -> Any:
+    """The value a stage saw, rebuilt from its per-query renderings (inverse of :func:`render`)."""
+    first = parts[0]
+    kind = first.get("type")
+    if kind == "inactive":
+        return INACTIVE
+    if kind == "queries":
+        batch = first.get("batch")
+        if batch:
+            return QueryBatch(batch["texts"], batch["origin"], originals)
+        return QueryBatch(originals)
+    if kind != "candidates":
+        return Summary(str(kind), {k: v for k, v in first.items() if k != "type"})
+    batch_data = first.get("batch")
+    queries = (QueryBatch(batch_data["texts"], batch_data["origin"], originals) if batch_data
+               else QueryBatch(originals))
+    if not first.get("active", True):
+        return Candidates.inactive(queries)
+    entries = [(q, c) for q, part in enumerate(parts) for c in part.get("candidates", ())]
+    query_index = np.array([c.get("subquery", q) for q, c in entries], dtype=np.int64)
+    rank = np.array([c["rank"] for _, c in entries], dtype=np.int64)
+    order = np.lexsort((rank, query_index))  # the ranking order within each query text
+    cands = [entries[i][1] for i in order.tolist()]
+    columns = first.get("columns", {})
+    provenance = {name: _decode_column([c["provenance"].get(name) for c in cands], dtype, name)
+                  for name, dtype in columns.items()}
+    return Candidates(queries, query_index[order], [c["row"] for c in cands],
+                      _decode_column([c["score"] for c in cands], "<f8"), first["scale"], provenance)
+
+
+def read_trace_file(path: str | os.PathLike[str], *, max_bytes: int = MAX_TRACE_BYTES
+                    ) -> tuple[list[Any], list[int]]:
+    """The JSON records of a trace file and their line numbers (TraceError naming the file and line when it cannot).
+
+    Refuses, before allocating: a file larger than ``max_bytes``, a
+    line nested deeper than :data:`~irflow.util.fileio.MAX_NESTING`, a
+    provenance dtype off the allow-list or wider than
+    :data:`MAX_STRING_ITEMSIZE`, fields of the wrong type.
+    """
+    name = os.fspath(path)
+    if not os.path.lexists(name):
+        raise TraceFileNotFound(f"{name}: no such trace file (write one with irflow run --trace FILE, "
+                                "or Trace.dump(path))")
+    lines, numbers = [], []
+    with open_regular(name, "trace file", error=TraceError) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > max_bytes:
+            raise TraceError(f"{name}: the trace file has {size} bytes, over the limit of {max_bytes}; "
+                             "pass Trace.load(path, max_bytes=...) to read it anyway")
+        for number, raw in read_lines(handle, name, "trace file", max_line_bytes=max_bytes, error=TraceError):
+            text = decode_utf8(raw, f"{name} line {number}", "trace file", error=TraceError, bom=number == 1)
+            if not text.strip():
+                continue
+            where = f"{name}:{number}"
+            # json's C parser guards its own recursion (RecursionError below); what loading keeps of
+            # free-form fields is bounded by from_records, so no pre-scan of these long lines is needed
+            try:
+                lines.append(json.loads(text))
+            except json.JSONDecodeError as error:
+                raise TraceError(f"{where}: not JSON ({error.msg}); is this an irflow trace "
+                                 "(irflow run --trace FILE)?") from None
+            except RecursionError:
+                raise TraceError(f"{where}: nested too deeply to read; a trace line nests a few levels, "
+                                 f"and its free-form fields at most {MAX_NESTING}") from None
+            except ValueError:
+                raise TraceError(f"{where}: {too_many_digits()}") from None
+            numbers.append(number)
+    return lines, numbers
+
+
+@attrs.frozen
+class ParsedTrace:
+    """What a trace's records hold: the header, the original queries, each row's identity, the stage events."""
+
+    header: dict[str, Any]
+    originals: tuple[str, ...]
+    rows: dict[int, tuple[str, str, str]]
+    events: list[StageEvent]
+
+
+def parse_trace_records(records: Iterable[Mapping[str, Any]], *, source: str = "<records>",
+                        line_numbers: Sequence[int] | None = None) -> ParsedTrace:
+    """The content of a trace's records (the dicts ``Trace.records`` returns, what ``Trace.load`` reads).
+
+    Every field is checked before it is used (types, ranges, one line
+    per stage and query, dtypes on the allow-list): a malformed record
+    is a TraceError naming ``source``, the line and the field.
+    """
+    records = list(records)
+    numbers = list(line_numbers) if line_numbers is not None else list(range(1, len(records) + 1))
+    if not records or not isinstance(records[0], Mapping) or records[0].get("type") != "header" \
+            or records[0].get("format") != FORMAT:
+        raise TraceError(f"{source}: not an irflow trace: the first line must be the header "
+                         f"{{\"type\": \"header\", \"format\": \"{FORMAT}\", ...}}")
+    header = dict(records[0])
+    version = header.get("format_version")
+    if version != FORMAT_VERSION:
+        raise TraceError(f"{source}: trace format version {version!r}; this irflow reads version "
+                         f"{FORMAT_VERSION} (re-run with --trace to write a new one)")
+    _check_header(header, f"{source}:{numbers[0]}")
+    originals = tuple(header.get("queries") or ())
+    by_stage: dict[str, list[Mapping[str, Any]]] = {}
+    rows: dict[int, tuple[str, str, str]] = {}
+    events: list[StageEvent] = []
+    where = source
+    try:
+        for number, line in zip(numbers[1:], records[1:]):
+            where = f"{source}:{number}"
+            if not isinstance(line, Mapping) or line.get("type") != "stage" or "stage" not in line:
+                raise TraceError(f"{where}: expected a stage line {{\"type\": \"stage\", ...}}")
+            _check_stage_line(line, len(originals))
+            by_stage.setdefault(line["stage"], []).append(line)
+            for candidate in _all_candidates(line):
+                rows[int(candidate["row"])] = (candidate["record_id"], candidate["artifact_id"],
+                                               candidate["surface_kind"])
+        for name, lines in by_stage.items():
+            where = f"{source}: stage {name!r}"
+            lines = sorted(lines, key=lambda line: line["query_index"])
+            if [line["query_index"] for line in lines] != list(range(len(originals))):
+                raise TraceError(f"needs one line per query (query_index 0..{len(originals) - 1}), got "
+                                 f"{[line['query_index'] for line in lines]}")
+            events.append(event_from_lines(name, lines, originals))
+    except TraceError as error:
+        raise TraceError(f"{where}: a stage line is malformed: {error}; the file was not written by "
+                         "Trace.dump, or was edited") from None
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError) as error:
+        raise TraceError(f"{where}: a stage line is malformed ({type(error).__name__}: {error}); "
+                         "the file was not written by Trace.dump, or was edited") from None
+    return ParsedTrace(header, originals, rows, events)
+
+
+def event_from_lines(name: str, lines: Sequence[Mapping[str, Any]], originals: tuple[str, ...]) -> StageEvent:
+    """One stage's event rebuilt from its lines (one per query, in query order)."""
+    first = lines[0]
+    parts = [{"type": line["output_type"], "scale": line.get("scale"), "active": line.get("active", True),
+              "count": line.get("count"), "columns": line.get("columns", {}), "batch": line.get("batch"),
+              "candidates": line.get("candidates", []), **line.get("output", {})} for line in lines]
+    if parts[0]["type"] != "candidates":
+        # a mask, queries or hits line: keep what it said (texts, batch, size...), not the empty
+        # candidate fields every line carries
+        parts = [{k: v for k, v in part.items() if v is not None and k not in ("scale", "active", "columns",
+                                                                                "candidates")} for part in parts]
+    inputs = {up: _restore([line["inputs"][up] for line in lines], originals) for up in first.get("inputs", {})}
+    ports = {p: tuple(s) for p, s in (first.get("ports") or {}).items()}
+    return StageEvent(name, first["kind"], dict(first.get("params") or {}), inputs, ports,
+                      _restore(parts, originals), first.get("elapsed_ms") or 0.0, first.get("status", "ran"))
+
+
+def json_line(record: Mapping[str, Any]) -> bytes:
+    """One trace line as UTF-8 bytes; any ``str`` welcome."""
+    text = json.dumps(record, ensure_ascii=False, allow_nan=False)
+    if _SURROGATE.search(text) is not None:
+        # a lone surrogate cannot be encoded as UTF-8; in JSON its \\uXXXX escape is the same string
+        # (surrogates only occur inside JSON strings: every other character json.dumps writes is ASCII)
+        text = _SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+    return (text + "\n").encode("utf-8")
+
+
+# --------------------------------------------------------------------------
+# checking a loaded trace's fields before using them (each raises TraceError naming the field)
+
+
+def _is_int(value: Any, low: int = 0, high: int = _MAX_INDEX) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value < high
+
+
+def _need(ok: bool, field: str, value: Any, expected: str) -> None:
+    if not ok:
+        raise TraceError(f"field {field!r} is {shown(value)}, expected {expected}")
+
+
+def _is_text(value: Any, optional: bool = True) -> bool:
+    return isinstance(value, str) or (optional and value is None)
+
+
+def _is_score(value: Any) -> bool:
+    if value is None or isinstance(value, bool):
+        return value is None
+    if isinstance(value, str):
+        return value in ("inf", "-inf")
+    return isinstance(value, (int, float)) and is_finite(value)
+
+
+def _check_header(header: Mapping[str, Any], where: str) -> None:
+    try:
+        check_nesting(header, "the header", error=TraceError)  # kept whole (recipe_dict, params): bounded here
+        queries = header.get("queries")
+        _need(queries is None or (isinstance(queries, list) and all(isinstance(q, str) for q in queries)),
+              "queries", queries, "a list of query strings")
+        _need(header.get("params") is None or isinstance(header.get("params"), Mapping), "params",
+              header.get("params"), "an object")
+        for key in ("recipe", "corpus", "recipe_source"):
+            _need(_is_text(header.get(key)), key, header.get(key), "a string or null")
+        _need(header.get("n_rows") is None or _is_int(header.get("n_rows")), "n_rows", header.get("n_rows"),
+              "a row count or null")
+    except TraceError as error:
+        raise TraceError(f"{where}: the header is malformed: {error}; the file was not written by Trace.dump, "
+                         "or was edited") from None
+
+
+def _check_batch(batch: Any, field: str, n_queries: int) -> int:
+    """Check a reformulated batch ``{"texts", "origin"}``; its number of texts (0 when absent)."""
+    if batch is None:
+        return 0
+    _need(isinstance(batch, Mapping), field, batch, "an object {texts, origin} or null")
+    texts, origin = batch.get("texts"), batch.get("origin")
+    _need(isinstance(texts, list) and all(isinstance(t, str) for t in texts), f"{field}.texts", texts,
+          "a list of strings")
+    _need(isinstance(origin, list) and len(origin) == len(texts) and all(_is_int(o, 0, n_queries) for o in origin),
+          f"{field}.origin", origin, f"one original query index (0..{n_queries - 1}) per text")
+    return len(texts)
+
+
+def _check_candidates(part: Mapping[str, Any], field: str, n_queries: int) -> None:
+    """Check the candidate fields of one rendered value (a stage's output or one of its inputs)."""
+    scale = part.get("scale")
+    _need(scale is None or scale in _SCALES, f"{field}scale", scale, f"null or a scale: {', '.join(_SCALES)}")
+    _need(isinstance(part.get("active", True), bool), f"{field}active", part.get("active"), "true or false")
+    _need(part.get("count") is None or _is_int(part.get("count")), f"{field}count", part.get("count"),
+          "a count or null")
+    columns = part.get("columns", {})
+    _need(isinstance(columns, Mapping), f"{field}columns", columns, "an object {column: dtype}")
+    for name, dtype in columns.items():
+        _column_dtype(dtype, name)
+    n_texts = _check_batch(part.get("batch"), f"{field}batch", n_queries)
+    candidates = part.get("candidates", [])
+    _need(isinstance(candidates, list), f"{field}candidates", candidates, "a list of candidate objects")
+    # one pass per field over all candidates (a trace holds thousands): cheap generator checks, and the
+    # index of the first bad entry only when one is bad
+    if not all(type(c) is dict or isinstance(c, Mapping) for c in candidates):
+        _first_bad(candidates, lambda c: isinstance(c, Mapping), f"{field}candidates", "",
+                   "an object {record_id, artifact_id, surface_kind, row, score, rank}")
+    for key in ("record_id", "artifact_id", "surface_kind"):
+        values = [c.get(key) for c in candidates]
+        if not all(type(v) is str or v is None for v in values):
+            _first_bad(values, _is_text, f"{field}candidates", f".{key}", "a string or null")
+    for key, what in (("row", "a corpus row (an integer >= 0)"), ("rank", "a rank (an integer >= 0)")):
+        values = [c.get(key) for c in candidates]
+        if not all(type(v) is int and 0 <= v < _MAX_INDEX for v in values):
+            _first_bad(values, _is_int, f"{field}candidates", f".{key}", what)
+    values = [c.get("score") for c in candidates]
+    if not all(type(v) is float and v - v == 0.0 for v in values):  # finite floats: the common case, fast
+        _first_bad(values, _is_score, f"{field}candidates", ".score", 'a number, null, "inf" or "-inf"')
+    values = [c.get("provenance", {}) for c in candidates]
+    if not all(type(v) is dict or isinstance(v, Mapping) for v in values):
+        _first_bad(values, lambda v: isinstance(v, Mapping), f"{field}candidates", ".provenance",
+                   "an object {column: value}")
+    objects = [name for name, dtype in columns.items() if _column_dtype(dtype, name).kind == "O"]
+    if objects:  # an object column keeps its values as they are: bound their nesting
+        check_nesting([[v.get(name) for name in objects] for v in values], f"{field}candidates[*].provenance",
+                      error=TraceError)
+    subqueries = [c["subquery"] for c in candidates if "subquery" in c]
+    if subqueries and not all(_is_int(v, 0, max(n_texts, 1)) for v in subqueries):
+        _first_bad([c.get("subquery", 0) for c in candidates], lambda v: _is_int(v, 0, max(n_texts, 1)),
+                   f"{field}candidates", ".subquery", "an index into the batch's texts")
+
+
+def _first_bad(values: Sequence[Any], ok: Any, field: str, key: str, expected: str) -> None:
+    """Raise the TraceError naming the first of ``values`` that is not ``ok``."""
+    for i, value in enumerate(values):
+        _need(ok(value), f"{field}[{i}]{key}", value, expected)
+
+
+def _check_stage_line(line: Mapping[str, Any], n_queries: int) -> None:
+    """Check every field of one stage line that loading reads (TraceError naming the field)."""
+    _need(isinstance(line["stage"], str), "stage", line["stage"], "a stage name")
+    _need(isinstance(line.get("kind"), str), "kind", line.get("kind"), "a stage kind")
+    _need(_is_int(line.get("query_index"), 0, max(n_queries, 0)), "query_index", line.get("query_index"),
+          f"a query index 0..{n_queries - 1} (the header lists {n_queries} queries)")
+    _need(isinstance(line.get("status", "ran"), str), "status", line.get("status"), "a status name")
+    _need(_is_score(line.get("elapsed_ms")), "elapsed_ms", line.get("elapsed_ms"), "a number of milliseconds")
+    _need(line.get("params") is None or isinstance(line.get("params"), Mapping), "params", line.get("params"),
+          "an object")
+    ports = line.get("ports") or {}
+    _need(isinstance(ports, Mapping) and all(isinstance(v, list) and all(isinstance(s, str) for s in v)
+                                             for v in ports.values()),
+          "ports", ports, "an object {port: [upstream names]}")
+    _need(isinstance(line.get("output_type"), str), "output_type", line.get("output_type"), "a type name")
+    _need(isinstance(line.get("output", {}), Mapping), "output", line.get("output"), "an object")
+    # the free-form fields a loaded trace keeps (and renders recursively): nesting bounded
+    check_nesting(line.get("params"), "params", error=TraceError)
+    check_nesting(line.get("output"), "output", error=TraceError)
+    _check_candidates(line, "", n_queries)
+    inputs = line.get("inputs", {})
+    _need(isinstance(inputs, Mapping), "inputs", inputs, "an object {upstream: value}")
+    for name, part in inputs.items():
+        _need(isinstance(part, Mapping) and isinstance(part.get("type"), str), f"inputs.{name}", part,
+              'an object with a "type"')
+        if part["type"] == "candidates":
+            _check_candidates(part, f"inputs.{name}.", n_queries)
+        else:  # kept as a Summary of these fields
+            check_nesting(part, f"inputs.{name}", error=TraceError)
+            if part["type"] == "queries":
+                _check_batch(part.get("batch"), f"inputs.{name}.batch", n_queries)
+
+
+def _all_candidates(line: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    yield from line.get("candidates", ())
+    for value in (line.get("inputs") or {}).values():
+        if isinstance(value, Mapping):
+            yield from value.get("candidates", ())

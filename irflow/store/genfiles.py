@@ -1,0 +1,308 @@
+"""The files of a generation directory: names, checksums, bounded reads, markers, fsync, removal.
+
+The low-level half of :mod:`irflow.store.generations` (which holds the
+protocol: who reads and writes a corpus directory when, atomically).  Every
+small file is read with a size limit and only if it is a regular file; only
+what irflow provably wrote (a marked ``gen-NNNNNN`` or temporary directory,
+the files its manifest lists) is ever removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import stat
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Union
+
+import attrs
+import numpy as np
+
+from irflow.errors import CorpusError
+
+try:  # POSIX advisory locks; on other platforms writers are simply not serialized
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+logger = logging.getLogger("irflow.store.generations")  # one logger for the generation machinery
+
+CURRENT_FILE = "CURRENT"
+MANIFEST_FILE = "manifest.json"
+LOCK_FILE = ".lock"
+#: Written first into every directory irflow creates in a corpus: the proof that irflow may remove it.
+MARKER_FILE = ".irflow-generation"
+GEN_PREFIX = "gen-"
+TMP_PREFIX = ".tmp-"
+#: Largest ``CURRENT`` and ``manifest.json`` irflow reads (both are far smaller).
+CURRENT_LIMIT = 256
+MANIFEST_LIMIT = 1 << 20
+
+# The exact names irflow makes; nothing else in a corpus directory is ever removed.
+GEN_RE = re.compile(r"^gen-(\d{6,})\Z")
+TMP_GEN_RE = re.compile(r"^\.tmp-gen-(\d{6,})-[0-9a-f]{8}\Z")
+_TMP_CURRENT_RE = re.compile(r"^\.tmp-CURRENT-[0-9a-f]{8}\Z")
+POINTER_RE = re.compile(r"^(gen-\d{6,}) ([0-9a-f]{32})\n?\Z")
+#: What a file listed in a manifest may be called: a plain name, no path, no leading dot.
+FILE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}\Z")
+_DIGEST_RE = re.compile(r"^[0-9a-f]{32}\Z")
+MARKER_TEXT = b"irflow generation: irflow may remove this directory's listed files\n"
+_CHUNK = 1 << 20
+
+#: What a generation file can be made from: raw bytes or an array for ``np.save``.
+Payload = Union[bytes, np.ndarray]
+
+
+def checksum(path: Path) -> str:
+    """The blake2b (128-bit) hex digest of a file, read in 1 MiB chunks so huge arrays never load whole."""
+    digest = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def bytes_checksum(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+@attrs.frozen
+class Generation:
+    """One complete generation of a directory: its name and its parsed manifest.
+
+    ``manifest["files"]`` maps each file name to ``{"bytes": int, "blake2b": str}``.
+    """
+
+    root: Path
+    name: str
+    manifest: Mapping[str, Any] = attrs.field(repr=False)
+
+    @property
+    def dir(self) -> Path:
+        """The generation's directory."""
+        return self.root / self.name
+
+    @property
+    def files(self) -> Mapping[str, Mapping[str, Any]]:
+        """File name -> ``{"bytes", "blake2b"}`` as listed in the manifest."""
+        return self.manifest["files"]
+
+    def path(self, file: str) -> Path:
+        """The path of one listed file (CorpusError when the manifest does not list it)."""
+        if file not in self.files:
+            raise CorpusError(
+                f"{self.dir}: the manifest does not list {file!r}, which this corpus needs; "
+                "the corpus is incomplete — rebuild it with irflow.build(..., path=...)"
+            )
+        return self.dir / file
+
+
+def damaged(root: Path, what: str) -> CorpusError:
+    return CorpusError(f"corpus at {root}: {what}; the corpus is damaged — rebuild it with irflow.build(..., path={str(root)!r})")
+
+
+def kind_of(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_small_file(path: Path, limit: int, *, root: Path | None = None) -> bytes:
+    """The bytes of *path*, refused unless it is a regular file of at most *limit* bytes.
+
+    A FIFO, a device (or a link to one, such as ``/dev/zero``) or a directory
+    raises CorpusError naming the file, without reading from it: opening is
+    non-blocking and the type is checked on the opened file too.  A missing
+    file raises FileNotFoundError (the caller knows what that means).
+    """
+    where = root if root is not None else path.parent
+
+    def refuse(what: str) -> CorpusError:
+        return damaged(where, f"{path.relative_to(where) if path.is_relative_to(where) else path} {what}")
+
+    mode = os.stat(path).st_mode  # FileNotFoundError propagates
+    if not stat.S_ISREG(mode):
+        raise refuse(f"is {kind_of(mode)}, not a regular file (irflow never writes one)")
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)  # non-blocking: a FIFO swapped in after the stat cannot hang the open
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise refuse(f"cannot be opened ({exc.strerror or exc})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):  # replaced between the two looks
+            raise refuse(f"is {kind_of(mode)}, not a regular file (irflow never writes one)")
+        chunks = []
+        left = limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, _CHUNK))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > limit:
+        raise refuse(f"is larger than the {limit} bytes irflow expects of it")
+    return data
+
+
+def parse_manifest(root: Path, name: str, raw: bytes) -> dict[str, Any]:
+    """The manifest, with its ``files`` table checked: plain names, integer sizes, hex digests."""
+    try:
+        manifest = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise damaged(root, f"{name}/{MANIFEST_FILE} is not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        raise damaged(root, f"{name}/{MANIFEST_FILE} has no 'files' table")
+    for file, entry in manifest["files"].items():
+        if not FILE_NAME_RE.match(file) or file in (MANIFEST_FILE, MARKER_FILE):
+            raise damaged(root, f"{name}/{MANIFEST_FILE} lists a file named {file[:80]!r}, which irflow never writes")
+        size = entry.get("bytes") if isinstance(entry, dict) else None
+        digest = entry.get("blake2b") if isinstance(entry, dict) else None
+        if type(size) is not int or size < 0 or not isinstance(digest, str) or not _DIGEST_RE.match(digest):
+            raise damaged(root, f"{name}/{MANIFEST_FILE} has an ill-formed entry for {file!r} "
+                                 f"(expected {{'bytes': <int >= 0>, 'blake2b': <32 hex digits>}})")
+    return manifest
+
+
+def open_directory(path: Path) -> int | None:
+    """A read-only descriptor of the directory *path* (None when it does not exist)."""
+    try:
+        return os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+
+
+def flock(fd: int, operation: int) -> bool:
+    """Apply a flock; False when this platform or file system has none (callers then rely on retries)."""
+    if fcntl is None:  # pragma: no cover - Windows
+        return False
+    try:
+        fcntl.flock(fd, operation)
+    except BlockingIOError:
+        raise
+    except OSError as exc:  # e.g. a file system without flock
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise BlockingIOError(exc.errno, exc.strerror) from None
+        logger.debug("flock unavailable (%s); relying on retries", exc)
+        return False
+    return True
+
+
+def is_marked(path: Path) -> bool:
+    try:
+        info = os.lstat(path / MARKER_FILE)
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size == len(MARKER_TEXT)
+
+
+def listed_files(path: Path) -> list[str] | None:
+    """The files a generation directory's manifest lists (None when it has no readable, well-formed manifest)."""
+    try:
+        manifest = parse_manifest(path.parent, path.name, read_small_file(path / MANIFEST_FILE, MANIFEST_LIMIT))
+    except (CorpusError, OSError):
+        return None
+    return list(manifest["files"])
+
+
+def is_generation(path: Path) -> bool:
+    """An exact ``gen-NNNNNN`` directory (not a link) with irflow's marker, or a manifest (generations of older irflow)."""
+    if not GEN_RE.match(path.name) or not stat.S_ISDIR(lstat_mode(path)):
+        return False
+    return is_marked(path) or listed_files(path) is not None
+
+
+def is_temporary(path: Path) -> bool:
+    """A killed writer's directory: exact ``.tmp-gen-NNNNNN-xxxxxxxx``, marked or still empty."""
+    if not TMP_GEN_RE.match(path.name) or not stat.S_ISDIR(lstat_mode(path)):
+        return False
+    return is_marked(path) or not any(path.iterdir())
+
+
+def is_pointer_temp(path: Path) -> bool:
+    """A killed writer's ``.tmp-CURRENT-xxxxxxxx``: a small regular file."""
+    return bool(_TMP_CURRENT_RE.match(path.name)) and is_pointer_file(path)
+
+
+def is_pointer_file(path: Path) -> bool:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size <= CURRENT_LIMIT
+
+
+def lstat_mode(path: Path) -> int:
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
+
+
+def is_ours(path: Path) -> bool:
+    if path.name == LOCK_FILE:
+        return stat.S_ISREG(lstat_mode(path))
+    return is_generation(path) or is_temporary(path) or is_pointer_temp(path)
+
+
+def fsync_dir(path: Path) -> None:
+    # Directory fsync makes a rename/creation durable; not every OS/filesystem supports it.
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_file(path: Path, payload: Payload) -> None:
+    with open(path, "xb") as fh:  # "x": never write through a name that already exists
+        if isinstance(payload, np.ndarray):
+            np.save(fh, payload, allow_pickle=False)
+        elif isinstance(payload, (bytes, bytearray, memoryview)):
+            fh.write(payload)
+        else:
+            raise TypeError(f"a generation file is bytes or a numpy array, got {type(payload).__name__} for {path.name}")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    # A hard link shares the bytes of an unchanged file at no cost; copy where links are not allowed.
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+        with open(target, "rb+") as fh:
+            os.fsync(fh.fileno())
+
+
+def remove_files(directory: Path, names: Iterable[str] | None) -> None:
+    """Unlink *names* (None: every regular file) in *directory*, then the directory if that emptied it."""
+    if names is None:
+        names = [p.name for p in directory.iterdir() if stat.S_ISREG(lstat_mode(p))]
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(directory / name)
+    try:
+        os.rmdir(directory)
+    except OSError:
+        logger.warning("left %s in place: it holds files irflow did not write (%s)", directory,
+                       ", ".join(sorted(p.name for p in directory.iterdir())[:5]))

@@ -1,0 +1,426 @@
+"""The on-disk format of a corpus: which files a generation holds and how they read back.
+
+A corpus directory (see :mod:`irflow.store.generations` for the atomic mechanics)::
+
+    <corpus>/
+      CURRENT                 "gen-000002 <blake2b of its manifest>"
+      .lock                   writer lock (flock)
+      gen-000002/
+        manifest.json         format, version, build id, counts, kinds, embedder
+                              spec + dim, analyzer settings, files (bytes, blake2b)
+        records.json          columnar JSON: {"id": [...], "artifact_id": [...],
+                              "surface_kind": [...], "surface_index": [...],
+                              "text": [...], "metadata": [...]}, row order
+        ledger.json           {artifact_id: [record ids in plan order]}
+        tombstones.npy        int64 deleted rows, ascending
+        vectors.npy           float32 (rows, dim), L2-normalized (absent: lexical-only)
+        vocab.json            BM25 terms in term-id order
+        postings.<name>.npy   the Postings arrays (term_offsets, post_rows, ...)
+
+Records are columnar JSON so one ``json.loads`` reads them all (a JSON line per
+record costs a parser call each).  Arrays are ``np.save``d and reopened with
+``mmap_mode="r"`` and ``allow_pickle=False``.  Reading verifies sizes always
+and checksums unless ``verify=False``; anything off raises ``CorpusError``
+naming the file — a damaged corpus never answers.
+
+>>> # save_corpus(root, ...) writes a generation; load_store(root) reads only
+>>> # the store files (no vectors, no postings) for sibling lookups.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import itertools
+import json
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, TypeVar
+
+import attrs
+import numpy as np
+
+from irflow.store import generations as gens
+from irflow.errors import AnalyzerError, CorpusError
+from irflow.kernels.postings import ARRAY_NAMES, Postings
+from irflow.store.record_store import CorpusStore
+from irflow.kernels.text import Analyzer
+
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "STORE_FILES",
+    "StoredCorpus",
+    "EmbedderInfo",
+    "save_corpus",
+    "load_store",
+    "load_corpus",
+]
+
+FORMAT_NAME = "irflow-corpus"
+FORMAT_VERSION = 1
+RECORDS_FILE = "records.json"
+LEDGER_FILE = "ledger.json"
+TOMBSTONES_FILE = "tombstones.npy"
+VECTORS_FILE = "vectors.npy"
+VOCAB_FILE = "vocab.json"
+#: What a store needs; sibling lookup by name reads (and verifies) only these.
+STORE_FILES: tuple[str, ...] = (RECORDS_FILE, LEDGER_FILE, TOMBSTONES_FILE)
+_RECORD_COLUMNS = ("id", "artifact_id", "surface_kind", "surface_index", "text", "metadata")
+
+T = TypeVar("T")
+
+
+def _postings_file(name: str) -> str:
+    return f"postings.{name}.npy"
+
+
+@attrs.frozen
+class EmbedderInfo:
+    """What the manifest records about the vectors: the embedder spec (None: custom callable or none) and dim."""
+
+    spec: str | None
+    dim: int
+    description: str = ""
+    source: str = attrs.field(default="embedded", validator=attrs.validators.in_(("embedded", "precomputed")))
+
+
+@attrs.frozen
+class StoredCorpus:
+    """The parts of a corpus read back from disk (what :func:`irflow.store.corpus.open_corpus` assembles)."""
+
+    generation: gens.Generation
+    store: CorpusStore
+    postings: Postings
+    vectors: np.ndarray | None = attrs.field(repr=False)
+    analyzer: Mapping[str, Any]
+    embedder: EmbedderInfo | None
+
+
+# -- writing ----------------------------------------------------------------------------
+
+
+def _json_bytes(value: Any, what: str) -> bytes:
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise CorpusError(
+            f"cannot write {what} as JSON ({exc}); on-disk corpora store metadata as JSON — "
+            "use str, numbers, bools, None, lists and dicts"
+        ) from exc
+
+
+def _records_bytes(store: CorpusStore) -> bytes:
+    columns = {
+        "id": store.record_ids.tolist(),
+        "artifact_id": store.artifact_ids.tolist(),
+        "surface_kind": [store.kinds[c] for c in store.kind_codes.tolist()],
+        "surface_index": store.surface_indices.tolist(),
+        "text": list(store.texts),
+        "metadata": list(store.metadata),
+    }
+    try:
+        return json.dumps(columns, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except (TypeError, ValueError):
+        pass
+    for row, meta in enumerate(store.metadata):  # find the culprit only on the error path
+        _json_bytes(meta, f"the metadata of record {store.record_ids[row]!r}")
+    raise CorpusError("cannot write the records as JSON")  # pragma: no cover - the loop raises
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def save_corpus(
+    root: Path,
+    *,
+    store: CorpusStore,
+    postings: Postings,
+    vectors: np.ndarray | None,
+    analyzer: Mapping[str, Any],
+    embedder: EmbedderInfo | None,
+) -> gens.Generation:
+    """Write a corpus to *root* as a new generation and switch to it atomically.
+
+    Over an existing corpus this is a rebuild: readers see the old corpus
+    until the single ``os.replace`` of ``CURRENT``, then the new one.
+    """
+    root = Path(root)
+    gens.check_writable_root(root)  # before locking, so a foreign directory gets no .lock file
+    files: dict[str, gens.Payload] = {
+        RECORDS_FILE: _records_bytes(store),
+        LEDGER_FILE: _json_bytes({a: list(ids) for a, ids in store.ledger.items()}, "the ledger"),
+        TOMBSTONES_FILE: store.deleted_rows,
+        VOCAB_FILE: _json_bytes(postings.vocab_terms, "the BM25 vocabulary"),
+    }
+    for name, array in postings.arrays().items():
+        files[_postings_file(name)] = np.ascontiguousarray(array)
+    if vectors is not None:
+        files[VECTORS_FILE] = np.ascontiguousarray(vectors, dtype=np.float32)
+    manifest = {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "build_id": uuid.uuid4().hex,
+        "created": _now(),
+        "counts": {
+            "rows": store.n_rows,
+            "live": len(store),
+            "artifacts": len(store.ledger),
+            "terms": postings.vocab_size,
+            "postings": postings.n_postings,
+        },
+        "kinds": list(store.kinds),
+        "analyzer": dict(analyzer),
+        "embedder": None if embedder is None else attrs.asdict(embedder),
+        "postings_arrays": sorted(postings.arrays()),
+    }
+    with gens.locked(root):
+        generation = gens.write_generation(root, files, manifest)
+    store.set_tombstone_writer(TombstoneWriter(generation))
+    return generation
+
+
+@attrs.define
+class TombstoneWriter:
+    """Persists a store's tombstones as a new generation (hard-linking every other file).
+
+    Tombstones already on disk from another process are merged in, so two
+    processes deleting from one corpus never undo each other's deletes; a
+    corpus rebuilt since it was opened refuses the write instead.
+    """
+
+    generation: gens.Generation
+
+    def __call__(self, deleted: np.ndarray) -> np.ndarray:
+        root = self.generation.root
+        with gens.locked(root):
+            current = gens.read_current(root)
+            _check_format(current)
+            if current.manifest.get("build_id") != self.generation.manifest.get("build_id"):
+                raise CorpusError(
+                    f"corpus at {root} was rebuilt since it was opened; reopen it (irflow.open_corpus) and delete again"
+                )
+            if current.name != self.generation.name:
+                deleted = np.union1d(deleted, _load_tombstones(current, verify=True))
+            deleted = np.asarray(deleted, dtype=np.int64)
+            manifest = {k: v for k, v in current.manifest.items() if k != "files"}
+            manifest["counts"] = dict(manifest["counts"], live=int(manifest["counts"]["rows"]) - int(deleted.size))
+            manifest["modified"] = _now()
+            reuse = [f for f in current.files if f != TOMBSTONES_FILE]
+            self.generation = gens.write_generation(root, {TOMBSTONES_FILE: deleted}, manifest, reuse_from=current, reuse=reuse)
+        return deleted
+
+
+# -- reading ----------------------------------------------------------------------------
+
+
+def _bad_manifest(generation: gens.Generation, what: str) -> CorpusError:
+    return CorpusError(f"{generation.dir}/manifest.json: {what}; the corpus is damaged — rebuild it with "
+                       f"irflow.build(..., path={str(generation.root)!r})")
+
+
+def _is_count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _check_format(generation: gens.Generation) -> None:
+    """Format and version first (their own messages), then every manifest key a reader relies on, typed."""
+    manifest = generation.manifest
+    if manifest.get("format") != FORMAT_NAME:
+        raise CorpusError(
+            f"{generation.dir}/manifest.json: format {manifest.get('format')!r} is not {FORMAT_NAME!r}; "
+            "this is not an irflow corpus — rebuild it with irflow.build(..., path=...)"
+        )
+    if manifest.get("version") != FORMAT_VERSION:
+        raise CorpusError(
+            f"{generation.dir}/manifest.json: corpus format version {manifest.get('version')!r} is unknown to this irflow "
+            f"(it reads version {FORMAT_VERSION}); rebuild the corpus with this irflow, or upgrade irflow"
+        )
+    counts = manifest.get("counts")
+    if not isinstance(counts, dict) or not _is_count(counts.get("rows")):
+        raise _bad_manifest(generation, "'counts' must be a table whose 'rows' is a non-negative integer")
+    odd = sorted(k for k, v in counts.items() if not _is_count(v))
+    if odd:
+        raise _bad_manifest(generation, f"'counts' entries {odd} are not non-negative integers")
+    kinds = manifest.get("kinds", [])
+    if not isinstance(kinds, list) or not all(type(k) is str for k in kinds):
+        raise _bad_manifest(generation, "'kinds' must be a list of surface kind names")
+    names = manifest.get("postings_arrays", list(ARRAY_NAMES))
+    if not isinstance(names, list) or not all(isinstance(n, str) and n in ARRAY_NAMES for n in names):
+        raise _bad_manifest(generation, f"'postings_arrays' must list names among {list(ARRAY_NAMES)}")
+    analyzer = manifest.get("analyzer")
+    if not isinstance(analyzer, dict):
+        raise _bad_manifest(generation, "'analyzer' must be a table of analyzer settings")
+    try:
+        Analyzer.from_dict(analyzer)
+    except (AnalyzerError, TypeError) as exc:
+        raise CorpusError(f"{generation.dir}/manifest.json: its analyzer cannot be restored ({exc})") from None
+    info = manifest.get("embedder")
+    if info is not None and (
+        not isinstance(info, dict) or type(info.get("dim")) is not int or info["dim"] < 1
+        or not isinstance(info.get("spec"), (str, type(None))) or not isinstance(info.get("description", ""), str)
+    ):
+        raise _bad_manifest(generation, f"unreadable embedder entry {str(info)[:200]} (expected spec, dim >= 1, "
+                                        "description, source)")
+
+
+def _load_array(generation: gens.Generation, file: str, *, mmap: bool = True) -> np.ndarray:
+    path = generation.path(file)
+    try:
+        array = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise CorpusError(
+            f"{generation.dir}/{file} cannot be read as a numpy array ({exc}); the corpus is damaged — rebuild it"
+        ) from exc
+    # A plain ndarray view keeps the mapping alive but drops the memmap subclass,
+    # whose results would otherwise propagate the type into every computation.
+    return array.view(np.ndarray) if isinstance(array, np.memmap) else array
+
+
+def _load_json(generation: gens.Generation, file: str) -> Any:
+    # At most the size the manifest promises (verify_files checked it), from a regular file only.
+    try:
+        raw = gens.read_small_file(generation.path(file), int(generation.files[file]["bytes"]), root=generation.root)
+    except FileNotFoundError:
+        raise CorpusError(f"{generation.dir}/{file} is missing; the corpus is damaged — rebuild it") from None
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise CorpusError(f"{generation.dir}/{file} is not valid JSON ({exc}); the corpus is damaged — rebuild it") from None
+
+
+def _load_tombstones(generation: gens.Generation, *, verify: bool) -> np.ndarray:
+    gens.verify_files(generation, [TOMBSTONES_FILE], checksums=verify)
+    rows = _load_array(generation, TOMBSTONES_FILE, mmap=False)
+    if rows.ndim != 1 or rows.dtype.kind not in "iu":
+        raise CorpusError(f"{generation.dir}/{TOMBSTONES_FILE} is not a 1-d integer array; the corpus is damaged — rebuild it")
+    rows = rows.astype(np.int64)
+    n_rows = generation.manifest["counts"]["rows"]
+    if rows.size and (rows.min() < 0 or rows.max() >= n_rows):
+        raise CorpusError(f"{generation.dir}/{TOMBSTONES_FILE} names rows outside 0..{n_rows - 1}; the corpus is "
+                          "damaged — rebuild it")
+    return rows
+
+
+def _all_of_type(values: Iterable[Any], kind: type) -> bool:
+    # exact types (JSON gives no subclasses; a bool is not an int here); map(type) runs in C
+    return set(map(type, values)) <= {kind}
+
+
+def _check_records(generation: gens.Generation, columns: Any, rows: int) -> None:
+    """Each record column holds *rows* values of its type: one pass per column, no per-record objects."""
+    where = f"{generation.dir}/{RECORDS_FILE}"
+    if not isinstance(columns, dict) or any(not isinstance(columns.get(c), list) or len(columns[c]) != rows
+                                            for c in _RECORD_COLUMNS):
+        raise CorpusError(f"{where} does not hold {rows} rows of {_RECORD_COLUMNS}; the corpus is damaged — rebuild it")
+    for column, kind in (("id", str), ("artifact_id", str), ("surface_kind", str), ("surface_index", int),
+                         ("text", str), ("metadata", dict)):
+        if not _all_of_type(columns[column], kind):
+            bad = next(i for i, v in enumerate(columns[column]) if type(v) is not kind)
+            raise CorpusError(f"{where}: column {column!r} holds a {type(columns[column][bad]).__name__} at row {bad}, "
+                              f"expected {kind.__name__}; the corpus is damaged — rebuild it")
+
+
+def _check_ledger(generation: gens.Generation, ledger: Any) -> None:
+    if (not isinstance(ledger, dict) or not _all_of_type(ledger.values(), list)
+            or not _all_of_type(itertools.chain.from_iterable(ledger.values()), str)):
+        raise CorpusError(f"{generation.dir}/{LEDGER_FILE} is not a mapping of artifact ids to lists of record ids; "
+                          "the corpus is damaged — rebuild it")
+
+
+def _store_from(generation: gens.Generation, *, verify: bool, name: str | None) -> CorpusStore:
+    gens.verify_files(generation, STORE_FILES, checksums=verify)
+    columns = _load_json(generation, RECORDS_FILE)
+    rows = generation.manifest["counts"]["rows"]
+    _check_records(generation, columns, rows)
+    ledger = _load_json(generation, LEDGER_FILE)
+    _check_ledger(generation, ledger)
+    deleted = _load_tombstones(generation, verify=verify)
+    try:
+        store = CorpusStore(
+            record_ids=columns["id"],
+            artifact_ids=columns["artifact_id"],
+            surface_kinds=columns["surface_kind"],
+            surface_indices=columns["surface_index"],
+            texts=columns["text"],
+            metadata=columns["metadata"],
+            ledger=ledger,
+            deleted_rows=deleted,
+            name=name,
+        )
+    except OverflowError:  # a surface_index beyond int64
+        raise CorpusError(f"{generation.dir}/{RECORDS_FILE}: a surface_index does not fit 64 bits; the corpus is "
+                          "damaged — rebuild it") from None
+    except CorpusError as exc:  # duplicate record ids
+        raise CorpusError(f"{generation.dir}/{RECORDS_FILE}: {exc}") from None
+    store.set_tombstone_writer(TombstoneWriter(generation))
+    return store
+
+
+def _retrying(root: Path, read: Callable[[gens.Generation], T]) -> T:
+    """Run *read* on the live generation, held against removal (:func:`irflow.store.generations.reading`).
+
+    A reader holds its generation, so a failure inside *read* is damage, not
+    a race — unless ``CURRENT`` moved meanwhile (no locks on this platform or
+    file system): then the newer generation is read instead.
+    """
+    for attempt in range(gens.READ_ATTEMPTS):
+        with gens.reading(root) as generation:
+            _check_format(generation)
+            try:
+                return read(generation)
+            except (CorpusError, OSError) as exc:
+                if attempt == gens.READ_ATTEMPTS - 1 or not gens.moved(root, generation.name):
+                    if isinstance(exc, CorpusError):
+                        raise
+                    raise CorpusError(f"corpus at {root}: {generation.name} cannot be read ({exc}); the corpus is "
+                                      "damaged — rebuild it") from exc
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def load_store(root: Path, *, verify: bool = True, name: str | None = None) -> CorpusStore:
+    """Only the store of the corpus at *root*: records, ledger, tombstones — no vectors, no postings, no embedder."""
+    return _retrying(Path(root), lambda generation: _store_from(generation, verify=verify, name=name))
+
+
+def load_corpus(root: Path, *, verify: bool = True, name: str | None = None) -> StoredCorpus:
+    """Every part of the corpus at *root*, verified (checksums unless ``verify=False``), arrays memory-mapped."""
+    return _retrying(Path(root), lambda generation: _corpus_from(generation, verify=verify, name=name))
+
+
+def _corpus_from(generation: gens.Generation, *, verify: bool, name: str | None) -> StoredCorpus:
+    manifest = generation.manifest
+    gens.verify_files(generation, None, checksums=verify)
+    store = _store_from(generation, verify=False, name=name)  # just verified with everything else
+    rows = store.n_rows
+    arrays = {n: _load_array(generation, _postings_file(n)) for n in manifest.get("postings_arrays", ARRAY_NAMES)}
+    vocab = _load_json(generation, VOCAB_FILE)
+    if not isinstance(vocab, list) or not _all_of_type(vocab, str):
+        raise CorpusError(f"{generation.dir}/{VOCAB_FILE} is not a list of terms; the corpus is damaged — rebuild it")
+    try:
+        postings = Postings.from_arrays(vocab, arrays, n_rows=rows, label=_postings_file)
+    except CorpusError as exc:
+        raise CorpusError(f"{generation.dir}: {exc}; the corpus is damaged — rebuild it") from None
+    info = manifest.get("embedder")
+    try:
+        embedder = None if info is None else EmbedderInfo(**info)
+    except (TypeError, ValueError) as exc:
+        raise CorpusError(f"{generation.dir}/manifest.json: unreadable embedder entry {info!r} ({exc}); rebuild the corpus") from exc
+    vectors = None
+    if embedder is not None:
+        vectors = _load_array(generation, VECTORS_FILE)
+        if vectors.dtype != np.float32 or vectors.shape != (rows, embedder.dim):
+            raise CorpusError(
+                f"{generation.dir}/{VECTORS_FILE} holds {vectors.dtype} {vectors.shape}, expected float32 "
+                f"({rows}, {embedder.dim}); the corpus is damaged — rebuild it"
+            )
+        # NaN, inf and unnormalized rows are checked on first use (Corpus), not here: that is a pass over
+        # the whole matrix, which opening does not otherwise need (the arrays stay mapped, not read).
+    return StoredCorpus(
+        generation=generation,
+        store=store,
+        postings=postings,
+        vectors=vectors,
+        analyzer=manifest["analyzer"],
+        embedder=embedder,
+    )

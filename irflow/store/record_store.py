@@ -1,0 +1,355 @@
+"""The record store of a corpus: records by id and by row, the ledger, and tombstones.
+
+Rows are the records in the order given to :func:`irflow.build`; everything a
+corpus computes (vectors, postings, metadata columns) is aligned to them.  The
+*ledger* maps each artifact to its record ids in plan order (by
+``surface_index``) and is written once, at build time: sibling lookup
+(:func:`irflow.store.ledger.records_for_artifact`) trusts it and never re-derives
+ids.  ``delete_record`` is deliberately out of band — it tombstones a row and
+leaves the ledger alone, which is exactly how a stale ledger arises.
+
+>>> store = CorpusStore.from_records(prepare_records([Record("unbox", "name", "unbox")]))
+>>> [r.text for r in store], store.ledger["unbox"] == (store.record_ids[0],)
+(['unbox'], True)
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+import attrs
+import numpy as np
+
+from irflow.errors import CorpusError
+from irflow.store.protocol import Siblings
+from irflow.store.records import Record
+
+__all__ = ["CorpusStore", "prepare_records"]
+
+#: Callback that persists a new tombstone set and returns the set now in force
+#: (it may be larger: another process may have deleted rows meanwhile).
+TombstoneWriter = Callable[[np.ndarray], np.ndarray]
+
+
+def _to_record(item: Any, position: int) -> Record:
+    if isinstance(item, Record):
+        return item
+    if isinstance(item, Mapping):
+        try:
+            return Record.from_dict(item)
+        except (TypeError, ValueError) as exc:
+            raise CorpusError(f"record #{position} is invalid: {exc}") from exc
+    raise CorpusError(f"record #{position} is a {type(item).__name__}; pass irflow.Record objects or dicts with the same keys")
+
+
+def prepare_records(records: Iterable[Any], *, duplicates: list[tuple[int, int, str]] | None = None) -> list[Record]:
+    """Records with every ``surface_index`` and ``id`` filled, checked for duplicates.
+
+    An omitted ``surface_index`` is the record's position among its
+    artifact's records in input order (one index across all kinds); explicit
+    indices are kept.  Ids default to :meth:`Record.make_id`.  Two records of
+    one artifact with the same index, or two records with the same id, are an
+    error naming both positions — silently keeping one would lose a surface.
+    With a ``duplicates`` list, each later duplicate is left out and reported
+    there instead, as ``(position, first position, what is duplicated)``, so
+    a caller can report every one (``irflow index``).
+    """
+    prepared: list[Record] = []
+    seen_per_artifact: dict[str, int] = {}
+    index_owner: dict[tuple[str, int], int] = {}
+    id_owner: dict[str, int] = {}
+    for position, item in enumerate(records):
+        record = _to_record(item, position)
+        ordinal = seen_per_artifact.get(record.artifact_id, 0)
+        seen_per_artifact[record.artifact_id] = ordinal + 1
+        if record.surface_index is None:
+            # evolve keeps an explicit id; Record fills a missing one from the index.
+            record = attrs.evolve(record, surface_index=ordinal)
+        key = (record.artifact_id, record.surface_index)
+        record_id = str(record.id)  # Record fills it once surface_index is known
+        if key in index_owner and duplicates is not None:
+            duplicates.append((position, index_owner[key], f"surface_index {record.surface_index} of artifact "
+                                                            f"{record.artifact_id!r} again"))
+            continue
+        if key in index_owner:
+            raise CorpusError(
+                f"records #{index_owner[key]} and #{position} are both surface_index {record.surface_index} of "
+                f"artifact {record.artifact_id!r}; give each surface of an artifact its own index (or omit them all)"
+            )
+        if record_id in id_owner and duplicates is not None:
+            duplicates.append((position, id_owner[record_id], f"record id {record_id!r} again"))
+            continue
+        if record_id in id_owner:
+            raise CorpusError(
+                f"records #{id_owner[record_id]} and #{position} have the same id {record_id!r}; record ids must be unique"
+            )
+        index_owner[key] = position
+        id_owner[record_id] = position
+        prepared.append(record)
+    return prepared
+
+
+def _rows(rows: Any) -> np.ndarray:
+    """Row numbers as a flat integer array (what the ``*_of`` lookups index with)."""
+    return np.asarray(rows, dtype=np.int64).reshape(-1)
+
+
+def _readonly(array: np.ndarray) -> np.ndarray:
+    view = array.view()
+    view.setflags(write=False)
+    return view
+
+
+class CorpusStore:
+    """Records of one corpus, addressable by id and by row, with the ledger and tombstones.
+
+    Built by :meth:`from_records` or loaded by :mod:`irflow.store.persist`; not
+    constructed by users.  Lookups by id see live records only.
+    """
+
+    def __init__(
+        self,
+        *,
+        record_ids: Sequence[str],
+        artifact_ids: Sequence[str],
+        surface_kinds: Sequence[str],
+        surface_indices: Sequence[int] | np.ndarray,
+        texts: Sequence[str],
+        metadata: Sequence[Mapping[str, Any]],
+        ledger: Mapping[str, Sequence[str]],
+        deleted_rows: np.ndarray | Sequence[int] = (),
+        name: str | None = None,
+        tombstone_writer: TombstoneWriter | None = None,
+    ) -> None:
+        n = len(record_ids)
+        lengths = {len(artifact_ids), len(surface_kinds), len(surface_indices), len(texts), len(metadata)}
+        if lengths != {n}:
+            raise CorpusError(
+                f"store columns have different lengths ({n} ids, others {sorted(lengths)}); the corpus is damaged — rebuild it"
+            )
+        self.name = name
+        self._record_ids = np.array(record_ids, dtype=object) if n else np.empty(0, dtype=object)
+        self._artifact_ids = np.array(artifact_ids, dtype=object) if n else np.empty(0, dtype=object)
+        # Kinds get small integer codes in order of first appearance, so masks are integer compares.
+        kinds: dict[str, int] = {}
+        codes = np.fromiter((kinds.setdefault(k, len(kinds)) for k in surface_kinds), dtype=np.int32, count=n)
+        self._kinds = tuple(kinds)
+        self._kind_codes = codes
+        self._surface_indices = np.asarray(surface_indices, dtype=np.int64).reshape(n)
+        self._texts = list(texts)
+        self._metadata = list(metadata)
+        self._row_of = {rid: row for row, rid in enumerate(record_ids)}
+        if len(self._row_of) != n:
+            raise CorpusError("the store holds duplicate record ids; the corpus is damaged — rebuild it")
+        self._ledger = types.MappingProxyType({a: tuple(ids) for a, ids in ledger.items()})
+        self._live = np.ones(n, dtype=bool)
+        self._apply_deleted(np.asarray(deleted_rows, dtype=np.int64))
+        self._tombstone_writer = tombstone_writer
+        #: Bumped by every delete, so derived caches (candidate masks) know to refresh.
+        self.version = 0
+
+    @classmethod
+    def from_records(cls, records: Sequence[Record], *, name: str | None = None) -> "CorpusStore":
+        """A store of prepared records (see :func:`prepare_records`); the ledger lists ids by surface_index."""
+        per_artifact: dict[str, list[tuple[int, str]]] = {}
+        for record in records:
+            index = int(record.surface_index)  # type: ignore[arg-type]  # filled by prepare_records
+            per_artifact.setdefault(record.artifact_id, []).append((index, str(record.id)))
+        ledger = {artifact: [rid for _, rid in sorted(pairs)] for artifact, pairs in per_artifact.items()}
+        return cls(
+            record_ids=[str(r.id) for r in records],
+            artifact_ids=[r.artifact_id for r in records],
+            surface_kinds=[r.surface_kind for r in records],
+            surface_indices=np.array([r.surface_index for r in records], dtype=np.int64),
+            texts=[r.text for r in records],
+            metadata=[r.metadata for r in records],
+            ledger=ledger,
+            name=name,
+        )
+
+    # -- columns (row-aligned, read-only views) -------------------------------------------
+
+    @property
+    def n_rows(self) -> int:
+        """Rows including deleted ones (row ids stay stable across deletes)."""
+        return len(self._record_ids)
+
+    @property
+    def record_ids(self) -> np.ndarray:
+        """Record id per row (object array)."""
+        return _readonly(self._record_ids)
+
+    @property
+    def artifact_ids(self) -> np.ndarray:
+        """Artifact id per row (object array)."""
+        return _readonly(self._artifact_ids)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Surface kinds, in order of first appearance; ``kind_codes`` index into it."""
+        return self._kinds
+
+    @property
+    def kind_codes(self) -> np.ndarray:
+        """Surface kind code per row (int32), indexing ``kinds``."""
+        return _readonly(self._kind_codes)
+
+    @property
+    def surface_indices(self) -> np.ndarray:
+        """Plan-global surface index per row (int64)."""
+        return _readonly(self._surface_indices)
+
+    @property
+    def live(self) -> np.ndarray:
+        """True for rows not deleted."""
+        return _readonly(self._live)
+
+    @property
+    def texts(self) -> Sequence[str]:
+        """Text per row."""
+        return self._texts
+
+    @property
+    def metadata(self) -> Sequence[Mapping[str, Any]]:
+        """Metadata mapping per row (treat as read-only)."""
+        return self._metadata
+
+    @property
+    def deleted_rows(self) -> np.ndarray:
+        """Row ids of tombstoned records, ascending."""
+        return np.flatnonzero(~self._live).astype(np.int64)
+
+    # -- records -------------------------------------------------------------------------
+
+    def record(self, row: int) -> Record:
+        """The record at *row* (deleted rows included: rows are positions, not lookups). No vector: see Corpus.vectors."""
+        row = int(row)
+        return Record(
+            artifact_id=self._artifact_ids[row],
+            surface_kind=self._kinds[self._kind_codes[row]],
+            text=self._texts[row],
+            metadata=self._metadata[row],
+            surface_index=int(self._surface_indices[row]),
+            id=self._record_ids[row],
+        )
+
+    def row_of(self, record_id: str) -> int:
+        """The row of a live record (KeyError naming the id when absent or deleted)."""
+        row = self._row_of.get(record_id)
+        if row is None:
+            raise KeyError(f"record {record_id!r} is not in {self._label()}")
+        if not self._live[row]:
+            raise KeyError(f"record {record_id!r} was deleted from {self._label()} (delete_record)")
+        return row
+
+    def get(self, record_id: str) -> Record:
+        """The live record with this id (KeyError naming the id when absent or deleted)."""
+        return self.record(self.row_of(record_id))
+
+    def __getitem__(self, record_id: str) -> Record:
+        return self.get(record_id)
+
+    def __contains__(self, record_id: object) -> bool:
+        row = self._row_of.get(record_id) if isinstance(record_id, str) else None
+        return row is not None and bool(self._live[row])
+
+    def __iter__(self) -> Iterator[Record]:
+        """Live records in row order."""
+        for row in np.flatnonzero(self._live):
+            yield self.record(int(row))
+
+    def __len__(self) -> int:
+        """Number of live records."""
+        return int(self._live.sum())
+
+    # -- rows (the corpus protocol's row lookups: numpy in, numpy out) -----------------------
+
+    def record_ids_of(self, rows: Any) -> np.ndarray:
+        """Record id of each row (object array)."""
+        return self._record_ids[_rows(rows)]
+
+    def artifact_ids_of(self, rows: Any) -> np.ndarray:
+        """Artifact id of each row (object array)."""
+        return self._artifact_ids[_rows(rows)]
+
+    def kind_codes_of(self, rows: Any) -> np.ndarray:
+        """Surface kind code of each row (int32), indexing :attr:`kinds`."""
+        return self._kind_codes[_rows(rows)]
+
+    def surface_indices_of(self, rows: Any) -> np.ndarray:
+        """Plan-global surface index of each row (int64)."""
+        return self._surface_indices[_rows(rows)]
+
+    def records(self, rows: Any) -> list[Record]:
+        """The records of these rows, in order."""
+        return [self.record(row) for row in _rows(rows).tolist()]
+
+    # -- ledger ---------------------------------------------------------------------------
+
+    @property
+    def ledger(self) -> Mapping[str, tuple[str, ...]]:
+        """Read-only artifact_id -> record ids in plan order, as written at build time."""
+        return self._ledger
+
+    def artifacts(self) -> tuple[str, ...]:
+        """Artifact ids of the ledger, in order of first appearance at build time."""
+        return tuple(self._ledger)
+
+    def sibling_rows(self, artifact_ids: Sequence[str]) -> Siblings:
+        """Each artifact's live rows in plan order, through the ledger (see :class:`~irflow.store.protocol.Siblings`).
+
+        Ledger ids are resolved, never re-derived; a deleted record is left
+        out silently, a listed id the store does not hold is reported as stale.
+        One dict lookup per listed record: the Python work is per artifact.
+        """
+        groups: list[np.ndarray] = []
+        listed: list[bool] = []
+        stale: list[tuple[str, str]] = []
+        for artifact in artifact_ids:
+            record_ids = self._ledger.get(artifact)
+            listed.append(record_ids is not None)
+            found = []
+            for record_id in record_ids or ():
+                row = self._row_of.get(record_id)
+                if row is None:
+                    stale.append((artifact, record_id))
+                elif self._live[row]:
+                    found.append(row)
+            rows = np.asarray(found, dtype=np.int64)
+            # the ledger is written in plan order; sorting keeps the promise for a hand-made one
+            groups.append(rows[np.argsort(self._surface_indices[rows], kind="stable")])
+        offsets = np.concatenate(([0], np.cumsum([g.size for g in groups], dtype=np.int64)))
+        flat = np.concatenate(groups) if groups else np.empty(0, np.int64)
+        return Siblings(offsets, flat, listed, stale)
+
+    # -- deletes --------------------------------------------------------------------------
+
+    def delete_record(self, record_id: str) -> None:
+        """Tombstone one record, out of band: the ledger is NOT updated (that is the seed's stale-ledger case).
+
+        The row drops out of every candidate mask.  For an on-disk corpus the
+        new tombstone set is written as a new generation first, atomically, so
+        memory never claims a delete the disk does not hold.
+        """
+        row = self.row_of(record_id)
+        deleted = np.union1d(self.deleted_rows, np.array([row], dtype=np.int64))
+        if self._tombstone_writer is not None:
+            deleted = self._tombstone_writer(deleted)
+        self._apply_deleted(deleted)
+        self.version += 1
+
+    def set_tombstone_writer(self, writer: TombstoneWriter | None) -> None:
+        """Make deletes durable through *writer* (set by irflow.store.persist for on-disk corpora)."""
+        self._tombstone_writer = writer
+
+    def _apply_deleted(self, rows: np.ndarray) -> None:
+        if rows.size and (rows.min() < 0 or rows.max() >= self.n_rows):
+            raise CorpusError(f"tombstones name rows outside 0..{self.n_rows - 1}; the corpus is damaged — rebuild it")
+        self._live[rows] = False
+
+    def _label(self) -> str:
+        return f"corpus {self.name!r}" if self.name else "the corpus store"
+
+    def __repr__(self) -> str:
+        return f"CorpusStore(name={self.name!r}, records={len(self)}, rows={self.n_rows}, artifacts={len(self._ledger)})"
