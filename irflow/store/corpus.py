@@ -218,7 +218,14 @@ class Corpus:
         scores = np.asarray(scores, dtype=np.float64).reshape(-1)
         if rows.size != scores.size:
             raise ValueError(f"hits needs one score per row, got {rows.size} rows and {scores.size} scores")
-        return [self.hit(row, score) for row, score in zip(rows.tolist(), scores.tolist())]
+        store, name = self.store, self.name
+        # the columns read once per call, not once per hit (each is a read-only view made on access)
+        artifact_ids, kinds, kind_codes, texts = store.artifact_ids, store.kinds, store.kind_codes, store.texts
+        metadata, surface_indices, record_ids = store.metadata, store.surface_indices, store.record_ids
+        return [SearchHit(artifact_id=artifact_ids[row], surface_kind=kinds[kind_codes[row]], score=score,
+                          text=texts[row], metadata=metadata[row], source=name,
+                          surface_index=int(surface_indices[row]), record_id=record_ids[row])
+                for row, score in zip(rows.tolist(), scores.tolist())]
 
     def sibling_rows(self, artifact_ids: Sequence[str]) -> Siblings:
         """Each artifact's live rows in plan order, through the ledger (:meth:`CorpusStore.sibling_rows`)."""
@@ -236,18 +243,7 @@ class Corpus:
 
     def hit(self, row: int, score: float) -> SearchHit:
         """A SearchHit for *row* with *score*; ``source`` is the corpus name."""
-        row = int(row)
-        store = self.store
-        return SearchHit(
-            artifact_id=store.artifact_ids[row],
-            surface_kind=store.kinds[store.kind_codes[row]],
-            score=score,
-            text=store.texts[row],
-            metadata=store.metadata[row],
-            source=self.name,
-            surface_index=int(store.surface_indices[row]),
-            record_id=store.record_ids[row],
-        )
+        return self.hits([row], [score])[0]
 
     # -- candidates ------------------------------------------------------------------------
 
