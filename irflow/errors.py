@@ -135,6 +135,15 @@ class StageError(IrflowError):
     """A stage failed while running; names the stage and its kind."""
 
 
+class StagePortError(IrflowError, TypeError):
+    """A stage kind's ``run()`` does not take the input ports it declares; refused when it is registered.
+
+    Names the kind, its declared ports, ``run()``'s parameters and the
+    signature that would fit.  Also a ``TypeError`` (what calling ``run()``
+    with those ports would have raised, later, in the middle of a recipe run).
+    """
+
+
 class NoLedgerEntry(IrflowError, KeyError):
     """The corpus has no ledger entry for the requested artifact.
 

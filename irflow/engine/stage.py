@@ -97,7 +97,8 @@ class Stage:
     :class:`~irflow.engine.ports.PortType`); their attrs fields are their
     parameters.  ``run`` receives the inputs as keyword arguments named after
     the ports (a variadic port receives ``{upstream stage name: value}``) and
-    must not mutate them.
+    must not mutate them; registration checks that it takes exactly those
+    (:func:`irflow.engine.kinds.run_port_problems`).
     """
 
     kind: ClassVar[str] = ""
