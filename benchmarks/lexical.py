@@ -221,7 +221,7 @@ def run_dataset(label: str, spec: dict[str, Any], args: argparse.Namespace) -> d
     indexes: dict[str, Any] = {}
     build_s: dict[str, tuple[float, float]] = {}
     for system in systems:
-        wall, cpu, indexes[system] = H.measure(lambda: build(system, docs))
+        wall, cpu, indexes[system] = H.measure(lambda: build(system, docs))  # noqa: B023 (called at once)
         build_s[system] = (wall, cpu)
     runs = {s: searcher(s, indexes[s], k) for s in systems}
     if "bm25s numba" in runs:
@@ -262,7 +262,7 @@ def run_dataset(label: str, spec: dict[str, Any], args: argparse.Namespace) -> d
         rows.append([s, build_s[s][1], build_s[s][0], mem.get("build_peak_mb"), mem.get("retained_mb"),
                      mem.get("query_peak_mb")])
     print("\nbuild (one build; seconds) and memory (MB, fresh process per system)")
-    print(H.table(["system", "build cpu s", "build wall s", "build peak MB", "index MB", f"query peak MB"], rows))
+    print(H.table(["system", "build cpu s", "build wall s", "build peak MB", "index MB", "query peak MB"], rows))
     errors = {s: m["error"] for s, m in memory.items() if "error" in m}
     for s, e in errors.items():
         print(f"  memory of {s} failed: {e}")

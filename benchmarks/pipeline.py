@@ -276,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         systems["kernels"] = lambda t: kernels(corpus, codes, [t] if isinstance(t, str) else t)
         systems["kernels mask=None"] = lambda t: kernels(corpus, codes, [t] if isinstance(t, str) else t,
                                                          use_mask=False)
-        timing = H.interleaved({name: ((lambda i, run=run: run(items[i])), len(items), args.repeats)
+        timing = H.interleaved({name: ((lambda i, run=run: run(items[i])), len(items), args.repeats)  # noqa: B023
                                 for name, run in systems.items()}, len(items))
         base = timing["recipe trace=off"].median_ms("cpu")
         kern = timing["kernels"].median_ms("cpu")

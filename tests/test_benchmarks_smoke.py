@@ -21,7 +21,7 @@ def _run(script: str, *args: str) -> str:
 @pytest.mark.slow
 def test_lexical_quick_agrees_with_rank_bm25():
     out = _run("lexical.py", "--quick", "--no-memory", "--no-scifact", "--systems", "irflow,rank_bm25")
-    line = next(l for l in out.splitlines() if l.startswith("agreement with rank_bm25"))
+    line = next(x for x in out.splitlines() if x.startswith("agreement with rank_bm25"))
     diff = float(line.split("=")[1].split(";")[0])
     assert diff < 1e-9
     assert "identical top-10 rows" in line

@@ -106,6 +106,23 @@ def frozen_array(value: Any, dtype: Any) -> np.ndarray:
     return array
 
 
+# the column converters of QueryBatch and Candidates (named functions: attrs and type checkers read them)
+def _int32_column(value: Any) -> np.ndarray:
+    return frozen_array(value, np.int32)
+
+
+def _int64_column(value: Any) -> np.ndarray:
+    return frozen_array(value, np.int64)
+
+
+def _float64_column(value: Any) -> np.ndarray:
+    return frozen_array(value, np.float64)
+
+
+def _texts_of(instance: "QueryBatch") -> tuple[str, ...]:
+    return instance.texts
+
+
 def _texts(value: Iterable[str]) -> tuple[str, ...]:
     """The texts of a query batch: a list, tuple or other ordered iterable of strings (ArgumentError otherwise)."""
     if isinstance(value, str):
@@ -152,10 +169,10 @@ class QueryBatch:
     texts: tuple[str, ...] = attrs.field(converter=_texts)
     origin: np.ndarray = attrs.field(
         default=attrs.Factory(_identity_origin, takes_self=True),
-        converter=lambda v: frozen_array(v, np.int32),
+        converter=_int32_column,
     )
     originals: tuple[str, ...] = attrs.field(
-        default=attrs.Factory(lambda self: self.texts, takes_self=True), converter=_texts
+        default=attrs.Factory(_texts_of, takes_self=True), converter=_texts
     )
 
     def __attrs_post_init__(self) -> None:
@@ -267,9 +284,9 @@ class Candidates:
     """
 
     queries: QueryBatch = attrs.field(validator=attrs.validators.instance_of(QueryBatch))
-    query_index: np.ndarray = attrs.field(converter=lambda v: frozen_array(v, np.int32))
-    row: np.ndarray = attrs.field(converter=lambda v: frozen_array(v, np.int64))
-    score: np.ndarray = attrs.field(converter=lambda v: frozen_array(v, np.float64))
+    query_index: np.ndarray = attrs.field(converter=_int32_column)
+    row: np.ndarray = attrs.field(converter=_int64_column)
+    score: np.ndarray = attrs.field(converter=_float64_column)
     scale: Scale = attrs.field(converter=Scale)
     provenance: Mapping[str, np.ndarray] = attrs.field(default=None, converter=_provenance)
     active: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
@@ -361,7 +378,8 @@ class Candidates:
     @property
     def origin_index(self) -> np.ndarray:
         """The original query of each candidate (``queries.origin[query_index]``)."""
-        return self.queries.origin[self.query_index]
+        origin: np.ndarray = self.queries.origin[self.query_index]
+        return origin
 
     def query_slice(self, i: int) -> slice:
         """The positions of query ``i``'s candidates."""
@@ -446,7 +464,8 @@ class Candidates:
     def column(self, name: str) -> np.ndarray:
         """A provenance column, or a core column (``row``, ``score``, ``rank``, ``query_index``)."""
         if name in ("row", "score", "rank", "query_index"):
-            return getattr(self, name)
+            core: np.ndarray = getattr(self, name)
+            return core
         try:
             return self.provenance[name]
         except KeyError:

@@ -162,7 +162,7 @@ def register_stage(cls: type[Stage] | None = None, *, kind: str | None = None,
     >>> unregister_stage("noop_doc")
     """
     def decorate(stage_cls: type[Stage]) -> type[Stage]:
-        name = kind or getattr(stage_cls, "kind", "")
+        name: str = kind if kind else getattr(stage_cls, "kind", "")
         _check_stage_class(stage_cls, name)
         with _LOCK:
             if _STATE["builtins"] == "todo":

@@ -73,13 +73,13 @@ def resolve_params(recipe: RecipeSpec, overrides: Mapping[str, Any] | None = Non
     return values
 
 
-def _readers(recipe: RecipeSpec) -> dict[str, list[tuple[str, "attrs.Attribute", Any]]]:
+def _readers(recipe: RecipeSpec) -> dict[str, list[tuple[str, "attrs.Attribute[Any]", Any]]]:
     """Per recipe parameter, who reads it: (who, attrs field, ParamInfo or None); built once per recipe."""
     return recipe.memo("readers", lambda: _find_readers(recipe))
 
 
-def _find_readers(recipe: RecipeSpec) -> dict[str, list[tuple[str, "attrs.Attribute", Any]]]:
-    found: dict[str, list[tuple[str, attrs.Attribute, Any]]] = {}
+def _find_readers(recipe: RecipeSpec) -> dict[str, list[tuple[str, "attrs.Attribute[Any]", Any]]]:
+    found: dict[str, list[tuple[str, attrs.Attribute[Any], Any]]] = {}
     for stage_name, spec in recipe.stages.items():
         cls = get_stage_class(spec.kind)
         if cls is None:

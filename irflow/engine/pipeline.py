@@ -100,7 +100,8 @@ class Pipeline:
                            f"{did_you_mean(stage, self.classes)}; stages: {', '.join(self.order)}")
 
     def spec(self, stage: str) -> StageSpec:
-        return self.recipe.stages[stage]
+        spec: StageSpec = self.recipe.stages[stage]
+        return spec
 
     def instances(self, values: Mapping[str, Any], stages: Iterable[str]) -> dict[str, Stage]:
         """Stage objects for these recipe-parameter values (validated; cached per values).
@@ -116,7 +117,8 @@ class Pipeline:
         except UnkeyableError:
             key = None
         if key is not None and key in self._instances:
-            return self._instances[key]
+            cached: dict[str, Stage] = self._instances[key]
+            return cached
         made = _resolved_instances(self, values, stages)
         if key is not None:
             if len(self._instances) >= 64:  # a sweep's worth; drop the oldest
