@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -37,3 +38,8 @@ def test_dense_quick_runs_and_matches_the_naive_top_k():
 def test_pipeline_quick_runs_and_the_kernels_give_the_same_hits():
     out = _run("pipeline.py", "--quick")
     assert "hits equal to the engine's" in out and "engine overhead" in out
+    # the hand-written pipeline does the recipe's work: the same hits for every query checked
+    agree = re.search(r"hits equal to the engine's: kernels (\d+)/(\d+), kernels mask=None (\d+)/(\d+), "
+                      r"search\(\) single (\w+)", out)
+    assert agree is not None, out
+    assert agree.group(1) == agree.group(2) == agree.group(3) == agree.group(4) and agree.group(5) == "yes", out

@@ -8,7 +8,7 @@ a value that works (an unknown name with the closest one, a value outside
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -19,8 +19,15 @@ from irflow.engine.model import DERIVED_RULES, RecipeSpec, param_ref, thaw
 from irflow.engine.stage import stage_params
 from irflow.engine.validators import closest, did_you_mean, listing
 from irflow.errors import ParameterError, RecipeError
+from irflow.util.cachekey import UnkeyableError, cache_key
 
-__all__ = ["resolve_params", "run_argument_problems"]
+__all__ = ["resolve_params", "resolve_params_keyed", "run_argument_problems"]
+
+#: Resolutions kept per recipe (a sweep's worth); the oldest is dropped first.
+MAX_KEPT_RESOLUTIONS = 64
+
+# derived values kept across runs only when immutable (a kept list could be changed by a caller)
+_IMMUTABLE = (type(None), bool, int, float, str)
 
 
 def _among(value: Any, allowed: Sequence[Any]) -> bool:
@@ -35,8 +42,44 @@ def resolve_params(recipe: RecipeSpec, overrides: Mapping[str, Any] | None = Non
     unknown name (with the recipe's parameters and the closest one), a
     value outside ``[choices]``, or a value a stage or derived rule
     reading it refuses (with what it takes and a value that works).
+
+    Checked once per recipe and arguments: the derived values of a
+    resolution that passed are kept on the recipe under a type-exact key of
+    the arguments (:func:`irflow.util.cachekey.cache_key`: ``k=True`` never
+    reuses what ``k=1`` resolved), so repeated runs skip the checks and the
+    derived rules; bad arguments are checked, and refused, every time.
+    """
+    return resolve_params_keyed(recipe, overrides)[0]
+
+
+def resolve_params_keyed(recipe: RecipeSpec,
+                         overrides: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], Hashable | None]:
+    """:func:`resolve_params` and a type-exact key of the arguments the values follow from (None: unkeyable).
+
+    Equal keys mean equal values of the same types, so a caller may key what
+    it derives from the values (the stage objects) by this key alone.
     """
     overrides = dict(overrides or {})
+    try:
+        key: Hashable | None = cache_key(overrides)
+    except UnkeyableError:  # too deep to key: resolve every time, never guess
+        key = None
+    kept: dict[Hashable, dict[str, Any]] = recipe.memo("resolved params", dict)
+    derived = kept.get(key) if key is not None else None
+    if derived is not None:
+        # the same arguments passed every check before; the caller's own objects are used
+        return {**dict(recipe.params), **overrides, **derived}, key
+    values = _resolve(recipe, overrides)
+    derived = {name: values[name] for name in recipe.derived}
+    if key is not None and all(type(v) in _IMMUTABLE for v in derived.values()):
+        if len(kept) >= MAX_KEPT_RESOLUTIONS:
+            kept.pop(next(iter(kept)), None)
+        kept[key] = derived
+    return values, key
+
+
+def _resolve(recipe: RecipeSpec, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Check ``overrides`` and compute the derived parameters (the work :func:`resolve_params` keeps)."""
     names = list(dict.fromkeys([*recipe.params, *recipe.derived]))
     bad: list[tuple[Any, ...]] = []
     for name, value in overrides.items():
