@@ -21,11 +21,18 @@ def _run(script: str, *args: str) -> str:
 
 @pytest.mark.slow
 def test_lexical_quick_agrees_with_rank_bm25():
-    out = _run("lexical.py", "--quick", "--no-memory", "--no-scifact", "--systems", "irflow,rank_bm25")
-    line = next(x for x in out.splitlines() if x.startswith("agreement with rank_bm25"))
-    diff = float(line.split("=")[1].split(";")[0])
-    assert diff < 1e-9
-    assert "identical top-10 rows" in line
+    out = _run("lexical.py", "--quick", "--no-memory", "--systems", "irflow kernel,irflow search(),rank_bm25")
+    lines = [x for x in out.splitlines() if x.startswith("agreement with rank_bm25")]
+    assert len(lines) == 2  # both query mixes of issue 12's corpus
+    for line in lines:
+        diff = float(line.split("=")[1].split(";")[0])
+        assert diff < 1e-9
+        assert "identical top-10 rows" in line
+    assert "OPENBLAS_CORETYPE=" in out and "irflow BM25 kernel:" in out
+    assert "engine" in out  # search() split into kernel and engine
+    for line in (x for x in out.splitlines() if x.startswith("compiled kernel = numpy kernel")):
+        done, total = line.split(" on ")[1].split()[0].split("/")
+        assert done == total  # the two kernels' rows and score bits agree on every query
 
 
 @pytest.mark.slow

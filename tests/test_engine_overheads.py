@@ -41,7 +41,7 @@ def _count_calls(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> l
 
 
 def test_parameters_are_resolved_once_per_recipe_and_arguments(fresh, corpus, monkeypatch):
-    calls = _count_calls(monkeypatch, params_module, "_resolve")
+    calls = _count_calls(monkeypatch, params_module, "_resolve_params")
     first = fresh.run(corpus, "http client", k=3)
     for _ in range(4):
         again = fresh.run(corpus, "http client", k=3)
@@ -50,7 +50,7 @@ def test_parameters_are_resolved_once_per_recipe_and_arguments(fresh, corpus, mo
     other = fresh.run(corpus, "http client", k=4)
     assert len(calls) == 2 and len(other.hits) == 4 and other.params["k"] == 4
     # what is kept is what a fresh resolution gives
-    assert fresh.resolve_params({"k": 3}) == params_module._resolve(fresh, {"k": 3}) == first.params
+    assert fresh.resolve_params({"k": 3}) == params_module._resolve_params(fresh, {"k": 3}) == first.params
 
 
 def test_the_key_is_type_exact_and_bad_arguments_are_refused_every_time(fresh, corpus):
@@ -72,6 +72,8 @@ def test_an_argument_changed_in_place_between_runs_is_read_again(fresh, corpus):
     assert bob == load_recipe("hybrid").with_params(fusion="rrf").run(corpus, "parser", filter={"owner": "bob"}).hits
     assert alice and bob and all(h.metadata["owner"] == "alice" for h in alice)
     assert all(h.metadata["owner"] == "bob" for h in bob)
+    # and the stage objects built for the first argument kept their own copy of it
+    assert fresh.run(corpus, "parser", filter={"owner": "alice"}).hits == alice
 
 
 def test_the_stage_objects_are_built_once_for_the_same_arguments(fresh, corpus):

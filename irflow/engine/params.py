@@ -23,15 +23,13 @@ from irflow.util.cachekey import UnkeyableError, cache_key
 
 __all__ = ["resolve_params", "resolve_params_keyed", "run_argument_problems"]
 
-#: Resolutions kept per recipe (a sweep's worth); the oldest is dropped first.
-MAX_KEPT_RESOLUTIONS = 64
-
-# derived values kept across runs only when immutable (a kept list could be changed by a caller)
-_IMMUTABLE = (type(None), bool, int, float, str)
-
 
 def _among(value: Any, allowed: Sequence[Any]) -> bool:
     return any(value == a and isinstance(value, bool) == isinstance(a, bool) for a in allowed)
+
+
+#: Resolved parameter sets kept per recipe object (a sweep's worth), keyed type-exactly by the arguments.
+RESOLVED_CACHE_SIZE = 64
 
 
 def resolve_params(recipe: RecipeSpec, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -43,43 +41,43 @@ def resolve_params(recipe: RecipeSpec, overrides: Mapping[str, Any] | None = Non
     value outside ``[choices]``, or a value a stage or derived rule
     reading it refuses (with what it takes and a value that works).
 
-    Checked once per recipe and arguments: the derived values of a
-    resolution that passed are kept on the recipe under a type-exact key of
-    the arguments (:func:`irflow.util.cachekey.cache_key`: ``k=True`` never
-    reuses what ``k=1`` resolved), so repeated runs skip the checks and the
-    derived rules; bad arguments are checked, and refused, every time.
+    Checking and deriving cost a few hundred µs, a fixed cost of every
+    ``search()``: a valid set of arguments is resolved once per recipe
+    object and type-exact key (``rrf_k=True`` never reuses ``rrf_k=1``'s
+    result); arguments with no key (callables held by identity aside) are
+    resolved every time.  A hit returns a new dict holding the caller's
+    own objects, never the ones of an earlier call.
     """
     return resolve_params_keyed(recipe, overrides)[0]
 
 
 def resolve_params_keyed(recipe: RecipeSpec,
                          overrides: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], Hashable | None]:
-    """:func:`resolve_params` and a type-exact key of the arguments the values follow from (None: unkeyable).
+    """:func:`resolve_params` and the type-exact key of the arguments the values follow from (None: unkeyable).
 
-    Equal keys mean equal values of the same types, so a caller may key what
-    it derives from the values (the stage objects) by this key alone.
+    Equal keys mean equal arguments of the same types, hence equal values:
+    the executor keys the stage objects by this key alone (no key over
+    every value of every run).
     """
     overrides = dict(overrides or {})
     try:
         key: Hashable | None = cache_key(overrides)
-    except UnkeyableError:  # too deep to key: resolve every time, never guess
+    except UnkeyableError:
         key = None
-    kept: dict[Hashable, dict[str, Any]] = recipe.memo("resolved params", dict)
-    derived = kept.get(key) if key is not None else None
-    if derived is not None:
-        # the same arguments passed every check before; the caller's own objects are used
-        return {**dict(recipe.params), **overrides, **derived}, key
-    values = _resolve(recipe, overrides)
-    derived = {name: values[name] for name in recipe.derived}
-    if key is not None and all(type(v) in _IMMUTABLE for v in derived.values()):
-        if len(kept) >= MAX_KEPT_RESOLUTIONS:
-            kept.pop(next(iter(kept)), None)
-        kept[key] = derived
+    memo: dict[Any, dict[str, Any]] = recipe.memo("resolved params", dict)
+    if key is not None and key in memo:
+        # derived values are recomputed only when a given value changes them (they are ints of
+        # the rules in DERIVED_RULES); the given values are this call's objects
+        return {**memo[key], **{n: v for n, v in overrides.items() if n not in recipe.derived}}, key
+    values = _resolve_params(recipe, overrides)
+    if key is not None:
+        if len(memo) >= RESOLVED_CACHE_SIZE:
+            memo.pop(next(iter(memo)))
+        memo[key] = dict(values)
     return values, key
 
 
-def _resolve(recipe: RecipeSpec, overrides: dict[str, Any]) -> dict[str, Any]:
-    """Check ``overrides`` and compute the derived parameters (the work :func:`resolve_params` keeps)."""
+def _resolve_params(recipe: RecipeSpec, overrides: dict[str, Any]) -> dict[str, Any]:
     names = list(dict.fromkeys([*recipe.params, *recipe.derived]))
     bad: list[tuple[Any, ...]] = []
     for name, value in overrides.items():
