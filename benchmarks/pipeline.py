@@ -212,6 +212,43 @@ def tracing_off_cost(n_stages: int) -> float:
     return min(timeit.repeat(body, number=number, repeat=5)) / number
 
 
+def per_run_work(corpus: Any, recipe: Any, text: str) -> list[tuple[str, float, float]]:
+    """What a run used to redo and now reuses (issue 11): (piece, old µs, new µs) per hybrid run, in one process.
+
+    Each piece is timed both ways side by side (best of 5 repeats): the old way is the
+    uncached computation the engine still has (resolving the arguments, keying every value,
+    walking the graph, BM25Params from the mapping, a checked Candidates rebuild), the new
+    way what a run now does instead.
+    """
+    from irflow.engine.params import _resolve_params, resolve_params_keyed
+    from irflow.kernels.bm25 import BM25Params
+    from irflow.util.cachekey import cache_key
+
+    pipeline = recipe.pipeline()
+    values, _ = resolve_params_keyed(recipe, HYBRID)
+    lexical = pipeline.instances(values, ["lexical"])["lexical"]
+    found = recipe.run(corpus, text, **HYBRID, output="lexical").output("lexical")
+    order = np.lexsort((found.row, -found.score, found.query_index))
+    pieces = [
+        ("resolve the arguments", lambda: _resolve_params(recipe, dict(HYBRID)),
+         lambda: resolve_params_keyed(recipe, HYBRID)),
+        ("key the stage objects", lambda: cache_key(dict(values)), lambda: None),
+        ("stages the output needs", lambda: pipeline._walk_up(recipe.output, frozenset()),
+         lambda: pipeline.needed(recipe.output, ())),
+        ("BM25 settings (lexical stage)", lambda: BM25Params.from_mapping(lexical.bm25), lambda: lexical.bm25_params),
+        ("one re-sort of 50 candidates", lambda: found.take(order), lambda: found.sorted_by_score()),
+    ]
+    out = []
+    for name, old, new in pieces:
+        number = 2000
+        times = {"old": [], "new": []}
+        for _ in range(5):
+            for way, call in (("old", old), ("new", new)):
+                times[way].append(timeit.timeit(call, number=number) / number * 1e6)
+        out.append((name, min(times["old"]), min(times["new"])))
+    return out
+
+
 # -- main -----------------------------------------------------------------------------------------
 
 
@@ -322,6 +359,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(f"\ntracing-off code path: {cost * 1e9:.0f} ns per run ({n_stages} stages) = "
           f"{cost / per_query:.4%} of a single hybrid search")
     results["tracing_off_ns"] = cost * 1e9
+    work = per_run_work(corpus, recipe, texts[0])
+    print("\nper-run work now reused (issue 11), µs, best of 5, old way and new way timed side by side:")
+    print(H.table(["piece", "old µs", "new µs"], [[n, o, w] for n, o, w in work]))
+    results["per_run_work"] = work
     print("\ntargets (issue 5):")
     for batch in (1, args.batch):
         o = results[batch]["overhead"]
