@@ -247,7 +247,7 @@ def main() -> None:
     open_rows.append(("single", t * 1e3, rss_mb() - m0, dir_mb(base)))
     for s in shards:
         m0 = rss_mb()
-        t, opened[f"in-process {s}"] = timed(lambda: ShardedCorpus.open(sharded_dirs[s]))
+        t, opened[f"in-process {s}"] = timed(lambda s=s: ShardedCorpus.open(sharded_dirs[s]))
         open_rows.append((f"in-process {s}", t * 1e3, rss_mb() - m0, dir_mb(sharded_dirs[s])))
     cluster_s = None
     if use_ray:
@@ -255,7 +255,7 @@ def main() -> None:
 
         cluster_s, _ = timed(lambda: connect("auto", num_cpus=args.cpus))
         for s in shards:
-            t, opened[f"ray {s}"] = timed(lambda: ShardedCorpus.open(sharded_dirs[s], ray="auto"))
+            t, opened[f"ray {s}"] = timed(lambda s=s: ShardedCorpus.open(sharded_dirs[s], ray="auto"))
             open_rows.append((f"ray {s}", t * 1e3, float("nan"), dir_mb(sharded_dirs[s])))
     print("\n## time to open (checksums verified) and size on disk")
     if cluster_s is not None:
@@ -282,7 +282,7 @@ def main() -> None:
         for kind, items in (("batch", batches), ("single", singles)):
             systems = {name: (run_batches(corpus, recipe, items, {}), len(items), args.repeats)
                        for name, corpus in opened.items()}
-            for name, corpus in opened.items():  # warm: the first query of a mask / a term costs more
+            for name in opened:  # warm: the first query of a mask / a term costs more
                 systems[name][0](0)
             sample = H.interleaved(systems, len(items))
             for name in opened:
@@ -328,7 +328,7 @@ def main() -> None:
             for _ in range(args.repeats):
                 for batch in batches:
                     rec.reset()
-                    t, _ = timed(lambda: compiled.run(corpus, batch).hits)
+                    t, _ = timed(lambda c=compiled, k=corpus, b=batch: c.run(k, b).hits)
                     walls.append(t)
                     per_round_max.append(sum(max(times) for _, times in rec.rounds if times))
                     shard_sum.append(sum(sum(times) for _, times in rec.rounds))
@@ -344,7 +344,7 @@ def main() -> None:
         if use_ray:
             for s in shards:
                 corpus = opened[f"ray {s}"]
-                samples = [timed(lambda: corpus.backend.run("ping", [(i, ()) for i in range(s)]))[0]
+                samples = [timed(lambda k=corpus, s=s: k.backend.run("ping", [(i, ()) for i in range(s)]))[0]
                            for _ in range(30)]
                 rtt[s] = statistics.median(samples)
         e, f = fit(list(rtt), list(rtt.values())) if rtt else (0.004, 0.0)

@@ -63,7 +63,7 @@ def corpora(tmp_path_factory):
         for n in SHARDS:
             out[layout, n] = shard(single, n, tmp_path_factory.mktemp(f"{layout}{n}") / "toys.sharded")
     yield out
-    for key, value in out.items():
+    for value in out.values():
         if isinstance(value, ShardedCorpus):
             value.close()
 
@@ -157,7 +157,7 @@ def test_row_map_round_trips():
         m = RowMap(rows)
         everything = np.arange(7)
         shard, local = m.to_local(everything)
-        assert [int(m.to_global(s, [l])[0]) for s, l in zip(shard, local)] == everything.tolist()
+        assert [int(m.to_global(s, [r])[0]) for s, r in zip(shard, local)] == everything.tolist()
         mask = np.array([True, False, True, True, False, False, True])
         assert m.join(m.split(mask)).tolist() == mask.tolist()
         with pytest.raises(IndexError, match="row 7 is outside"):

@@ -136,8 +136,7 @@ def _addresses(pids: list[int]) -> list[tuple[str, str, str]]:
 
 
 def _loopback_or_unset(address: str) -> bool:
-    return address in ("0.0.0.0", "::") or address.startswith("127.") or address in ("::1", "::ffff:127.0.0.1") \
-        or address.startswith("::ffff:127.")
+    return address in ("0.0.0.0", "::", "::1") or address.startswith(("127.", "::ffff:127."))
 
 
 def test_the_cluster_irflow_starts_is_contained(cluster, corpora):

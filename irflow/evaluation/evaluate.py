@@ -213,7 +213,7 @@ def _run_plans(plans: Sequence[Plan], corpus: Any, queries: Mapping[str, str], *
 
 
 def _run_plans_on_ray(address: str, plans: Sequence[Plan], source: Any, embedder: Any, queries: Mapping[str, str],
-                      *, batch_size: int, cache_size: int, plugins: Sequence[str],
+                      *, batch_size: int, cache_size: int | None, plugins: Sequence[str],
                       progress: str | None) -> tuple[list[dict[str, dict[str, float]]], list[float]]:
     """:func:`_run_plans` with the same batches mapped over Ray actors, gathered back in query order."""
     batches = [([queries[q] for q in batch], list(batch)) for batch in _batches(list(queries), batch_size)]
@@ -224,10 +224,14 @@ def _run_plans_on_ray(address: str, plans: Sequence[Plan], source: Any, embedder
         from tqdm.auto import tqdm  # lazily: only when asked, a bar is for interactive use
 
         bar = tqdm(total=len(queries) * len(plans), desc=progress, unit="query")
+
+    def advance(n_queries: int) -> None:
+        if bar is not None:
+            bar.update(n_queries * len(plans))
+
     try:
         done = evaluate_batches_on_ray(address, source, embedder, plans, batches, _RunBuilder, plugins=plugins,
-                                       cache_size=cache_size,
-                                       on_batch=None if bar is None else (lambda n: bar.update(n * len(plans))))
+                                       cache_size=cache_size, on_batch=advance)
     finally:
         if bar is not None:
             bar.close()

@@ -56,7 +56,7 @@ class _EvalServer:
     """One actor of the pool: the corpus opened once, the systems run on each batch sent."""
 
     def __init__(self, corpus_path: str, embedder: Any, plans: Sequence[Any], entries: dict[str, Any],
-                 plugins: Sequence[str], cwd: str, cache_size: int, builder: Callable[[Any], Any]) -> None:
+                 plugins: Sequence[str], cwd: str, cache_size: int | None, builder: Callable[[Any], Any]) -> None:
         for plugin in plugins:
             _import_plugin(plugin, cwd)
         for name, obj in entries.items():
@@ -92,7 +92,7 @@ def _registry_entries(serializable: Callable[[Any], bool]) -> dict[str, Any]:
 def evaluate_batches_on_ray(address: str, source: CorpusSource, embedder: Any, plans: Sequence[Any],
                             batches: Sequence[tuple[list[str], list[str]]], builder: Callable[[Any], Any], *,
                             plugins: Sequence[str] = (),
-                            cache_size: int = 64, on_batch: Callable[[int], None] | None = None,
+                            cache_size: int | None = 64, on_batch: Callable[[int], None] | None = None,
                             ) -> list[list[tuple[dict[str, dict[str, float]], float]]]:
     """Run ``plans`` on every ``(texts, qids)`` batch on a pool of actors; per batch, (run, seconds) per system.
 

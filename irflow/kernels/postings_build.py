@@ -125,7 +125,7 @@ def _term_major(n_terms: int, lengths_parts: list[np.ndarray], counts_parts: lis
     np.cumsum(df, out=term_offsets[1:])
     cursor = term_offsets[:-1].copy()  # next free position of each term's postings
     post_rows = np.empty(n_postings, dtype=np.int32)
-    post_tfs = np.empty(n_postings, dtype=_smallest_unsigned(largest_tf))
+    post_tfs: np.ndarray = np.empty(n_postings, dtype=_smallest_unsigned(largest_tf))
     row_terms = np.empty(n_postings, dtype=np.int32)
     first_row, at = 0, 0
     for i, part_counts in enumerate(counts_parts):

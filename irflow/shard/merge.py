@@ -79,7 +79,7 @@ class RowMap:
         """The global array made of each shard's per-row part."""
         if self.contiguous:
             return np.concatenate([np.asarray(p, dtype=dtype) for p in parts]) if parts else np.empty(0, dtype)
-        out = np.empty(self.n_rows, dtype=dtype)
+        out: np.ndarray = np.empty(self.n_rows, dtype=dtype)
         for r, p in zip(self.rows, parts):
             out[r] = p
         return out

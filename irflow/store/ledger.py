@@ -57,7 +57,8 @@ def records_for_artifact(store_or_corpus_or_name: Any, artifact_id: str, *, surf
     """
     own = getattr(store_or_corpus_or_name, "records_for_artifact", None)
     if own is not None:  # a corpus with its own lookup (a sharded one asks the shard holding the artifact)
-        return own(artifact_id, surface_kind=surface_kind)
+        found: list[Record] = own(artifact_id, surface_kind=surface_kind)
+        return found
     store = resolve_store(store_or_corpus_or_name)
     try:
         record_ids = store.ledger[artifact_id]

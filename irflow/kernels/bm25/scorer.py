@@ -186,7 +186,7 @@ class _Scorer:
             found.append((known, token, count))
         found.sort(key=lambda f: (f[0][0], f[1]))
         terms, constant = [], 0.0
-        for (df, lo, hi, column, idf, top_tf), token, count in found:
+        for (_df, lo, hi, column, idf, top_tf), _token, count in found:
             weight = count * idf
             if self.variant == "bm25plus":
                 constant += weight * self.delta
