@@ -280,8 +280,9 @@ class ShardedCorpus:
         todo = [p for p in paths if (p, "field") not in self._warned]
         if not todo:
             return
-        present = np.array(self._everywhere("fields_present", todo), dtype=bool).any(axis=0)
-        for path, found in zip(todo, present.tolist()):
+        anywhere = np.asarray(np.array(self._everywhere("fields_present", todo), dtype=bool).any(axis=0))
+        present: list[bool] = anywhere.tolist()
+        for path, found in zip(todo, present):
             if found or not self._first_warning("field", path):
                 continue
             known = sorted(set().union(*self._everywhere("field_paths")))

@@ -30,7 +30,7 @@ import json
 import re
 import uuid
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
 import numpy as np
@@ -62,6 +62,14 @@ def _count(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
         raise ValueError(f"{attribute.name} must be an integer >= 0, got {value!r}")
 
 
+
+def _strings(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
+def _entries(values: Iterable[ShardEntry]) -> tuple[ShardEntry, ...]:
+    return tuple(values)
+
 @attrs.frozen
 class ShardEntry:
     """One shard as the manifest lists it.
@@ -82,7 +90,7 @@ class ShardEntry:
     first_row: int = attrs.field(validator=_count)
     build_id: str
     manifest_checksum: str
-    kinds: tuple[str, ...] = attrs.field(converter=tuple)
+    kinds: tuple[str, ...] = attrs.field(converter=_strings)
     rows_file: str | None = None
     rows_checksum: str | None = None
 
@@ -98,10 +106,10 @@ class ShardManifest:
     name: str
     n_rows: int = attrs.field(validator=_count)
     live: int = attrs.field(validator=_count)
-    kinds: tuple[str, ...] = attrs.field(converter=tuple)
+    kinds: tuple[str, ...] = attrs.field(converter=_strings)
     analyzer: Mapping[str, Any]
     embedder: Mapping[str, Any] | None
-    shards: tuple[ShardEntry, ...] = attrs.field(converter=tuple)
+    shards: tuple[ShardEntry, ...] = attrs.field(converter=_entries)
     build_id: str = attrs.field(factory=lambda: uuid.uuid4().hex)
     created: str = attrs.field(factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
 

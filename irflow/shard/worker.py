@@ -268,4 +268,4 @@ class ShardWorker:
     def field_paths(self) -> list[str]:
         """Every dotted field path of the live records' metadata, sorted."""
         store = self.corpus.store
-        return _field_paths(store.metadata[i] for i in np.flatnonzero(store.live))
+        return _field_paths(store.metadata[i] for i in np.flatnonzero(store.live).tolist())
