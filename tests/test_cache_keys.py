@@ -215,7 +215,9 @@ def corpus() -> irflow.Corpus:
 
 
 def test_the_issue_sequences(corpus: irflow.Corpus) -> None:
-    hits = lambda f: sorted(h.artifact_id for h in search(corpus, "alpha", mode="lexical", filter=f, k=10))
+    def hits(f: dict) -> list[str]:
+        return sorted(h.artifact_id for h in search(corpus, "alpha", mode="lexical", filter=f, k=10))
+
     assert hits({"n": 1}) == ["one"]
     assert hits({"n": True}) == ["list", "true"]  # was ["one"]: the instance cached for {"n": 1}
     assert hits({"flag": 0}) == ["float", "one"]

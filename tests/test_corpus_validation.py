@@ -137,7 +137,7 @@ def test_invalid_vectors_are_refused_on_first_use(root: Path, value: float, says
         with pytest.raises(CorpusError, match=rf"vectors.npy: row 5 \(record '{record_id}'\).*{says}.*rebuild"):
             corpus.dense_topk(corpus.embed_queries(["json files"]), None, 3)
     with pytest.raises(CorpusError, match="vectors.npy"):
-        corpus.vectors
+        _ = corpus.vectors
 
 
 def test_valid_vectors_are_checked_once_and_stay_mapped(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -220,8 +220,8 @@ def test_manifest_that_is_a_directory_is_refused(root: Path) -> None:
     ("records.json", lambda c: c["surface_index"].__setitem__(1, 2 ** 70) or c, "surface_index does not fit"),
     ("records.json", lambda c: c["text"].pop() and c, "does not hold 8 rows"),
     ("records.json", lambda c: c["id"].__setitem__(1, c["id"][0]) or c, "duplicate record ids"),
-    ("ledger.json", lambda l: {**l, "pkg0": "one-id"}, "is not a mapping of artifact ids to lists"),
-    ("ledger.json", lambda l: {**l, "pkg0": [1, 2]}, "is not a mapping of artifact ids to lists"),
+    ("ledger.json", lambda ledger: {**ledger, "pkg0": "one-id"}, "is not a mapping of artifact ids to lists"),
+    ("ledger.json", lambda ledger: {**ledger, "pkg0": [1, 2]}, "is not a mapping of artifact ids to lists"),
     ("vocab.json", lambda v: [*v[:-1], 5], "is not a list of terms"),
 ])
 def test_malformed_store_files_are_refused(root: Path, file: str, change: Callable, says: str) -> None:
