@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine_fakes import FakeTopK, cands
+from engine_fakes import cands
 from irflow.engine.batches import Candidates, QueryBatch, Scale, fill_value, frozen_array
 
 
@@ -172,16 +172,6 @@ def test_with_scores_and_with_provenance_do_not_touch_the_original():
     assert c.column("rank").tolist() == [1, 2]
     with pytest.raises(KeyError, match="columns: row, score"):
         c.column("nope")
-
-
-def test_from_topk_names_the_channel():
-    top = FakeTopK(np.array([0, 0, 1], np.int32), np.array([4, 2, 7]), np.array([0.9, 0.5, 0.3]), 2)
-    c = Candidates.from_topk(top, QueryBatch.of(["a", "b"]), "cosine", name="dense")
-    assert c.rank.tolist() == [1, 2, 1]
-    assert c.provenance["dense.score"].tolist() == [0.9, 0.5, 0.3]
-    assert c.provenance["dense.rank"].tolist() == [1, 2, 1]
-    with pytest.raises(ValueError, match="holds 2 queries"):
-        Candidates.from_topk(top, QueryBatch.of(["a"]), "cosine")
 
 
 def test_equality_fingerprint_and_origin_index():

@@ -7,9 +7,9 @@ This package is also the one import home of stage authors::
 Its modules, bottom to top (each imports only modules above it in this list,
 and nothing of the seed API, the evaluation harness or the command line):
 
-- ``ports``, ``batches``, ``validators``, ``registry``: port types, the
-  columnar Candidates and QueryBatch, parameter validators, the application's
-  registry of named callables;
+- ``ports``, ``scale``, ``batches``, ``validators``, ``registry``: port types,
+  what a score means, the columnar Candidates and QueryBatch, parameter
+  validators, the application's registry of named callables;
 - ``stage``, ``kinds``: the Stage base class and the registry of stage kinds;
 - ``formats``, ``model``, ``parse``: recipe files, the recipe as data, parsing;
 - ``instantiate``, ``graph``, ``facts``, ``validate``, ``pipeline``, ``params``:

@@ -27,7 +27,6 @@ can never disturb what an earlier stage (or a trace) holds.
 
 from __future__ import annotations
 
-import enum
 import hashlib
 from types import MappingProxyType
 from collections.abc import Iterable, Mapping, Sequence
@@ -36,57 +35,10 @@ from typing import Any
 import attrs
 import numpy as np
 
+from irflow.engine.scale import Scale
 from irflow.errors import ArgumentError
 
 __all__ = ["Scale", "QueryBatch", "Candidates", "frozen_array", "fill_value"]
-
-
-class Scale(str, enum.Enum):
-    """What the score of a :class:`Candidates` batch means.
-
-    The scale travels with the scores so that a stage can refuse an input it
-    cannot interpret (``blend`` needs a cosine and a bm25 input; an absolute
-    floor makes no sense on an ordinal ``rrf`` score) and so that traces and
-    explanations can say what a number is.
-    """
-
-    COSINE = "cosine"
-    BM25 = "bm25"
-    RRF = "rrf"
-    BLEND = "blend"
-    WEIGHTED = "weighted"
-    RERANK = "rerank"
-    BOOSTED = "boosted"
-    CUSTOM = "custom"
-    MIXED = "mixed"
-    NONE = "none"
-
-    @property
-    def doc(self) -> str:
-        """One line saying what a score on this scale means."""
-        return _SCALE_DOCS[self]
-
-    @property
-    def ordinal(self) -> bool:
-        """True when only the order of scores means something (no absolute floors)."""
-        return self in (Scale.RRF, Scale.MIXED, Scale.NONE)
-
-    def __str__(self) -> str:
-        return self.value
-
-
-_SCALE_DOCS: dict[Scale, str] = {
-    Scale.COSINE: "cosine similarity of query and record embeddings, in [-1, 1]",
-    Scale.BM25: "Okapi BM25 (or a variant) over the candidates, >= 0, unbounded",
-    Scale.RRF: "reciprocal rank fusion, sum of weight/(rrf_k + rank); ordinal",
-    Scale.BLEND: "alpha*cosine + (1-alpha)*bm25/(bm25+bm25_sat_k); keeps cosine's magnitude",
-    Scale.WEIGHTED: "a first-stage score multiplied by a per-surface-kind weight",
-    Scale.RERANK: "a reranker's own score (its scale is the reranker's)",
-    Scale.BOOSTED: "a score plus a structural boost",
-    Scale.CUSTOM: "a score from a third-party stage",
-    Scale.MIXED: "queries of the batch are on different scales (a fusion passed some through)",
-    Scale.NONE: "no score (an empty or switched-off batch)",
-}
 
 
 def frozen_array(value: Any, dtype: Any) -> np.ndarray:
@@ -350,21 +302,6 @@ class Candidates:
                    Scale.NONE, active=False)
 
     @classmethod
-    def from_topk(cls, topk: Any, queries: QueryBatch, scale: Scale | str, *, name: str | None = None) -> "Candidates":
-        """Wrap a kernel's ``TopK`` (grouped by query, best first).
-
-        With ``name``, the provenance gets ``"<name>.score"`` and
-        ``"<name>.rank"`` — the channel's raw score and rank, which survive
-        every later stage.
-        """
-        if int(topk.n_queries) != len(queries):
-            raise ValueError(f"the TopK holds {topk.n_queries} queries but the batch has {len(queries)}")
-        c = cls(queries, topk.query_index, topk.row, topk.score, scale)
-        if name is None:
-            return c
-        return c.with_provenance({f"{name}.score": c.score, f"{name}.rank": c.rank})
-
-    @classmethod
     def ranked(cls, queries: QueryBatch, query_index: Any, row: Any, score: Any, scale: Scale | str,
                provenance: Mapping[str, Any] | None = None) -> "Candidates":
         """A batch from columns in any order: grouped by query, best score first.
@@ -450,14 +387,13 @@ class Candidates:
             raise ValueError(f"keep has shape {keep.shape}; expected {self.row.shape}")
         return self._take_grouped(np.flatnonzero(keep))
 
-    def sorted_by_score(self, stable: bool = True) -> "Candidates":
+    def sorted_by_score(self) -> "Candidates":
         """Each query's candidates best score first; equal scores by corpus row, lowest first.
 
         The tie rule is the kernels' (README, "Ties"), so a re-sort never
         depends on how the candidates arrived.  Stable beyond it (a row listed
-        twice keeps its order); the argument is kept for compatibility.
+        twice keeps its order).
         """
-        del stable  # lexsort is stable; there is no faster unstable path worth having
         return self._take_grouped(np.lexsort((self.row, -self.score, self.query_index)))
 
     def cut(self, k: int) -> "Candidates":

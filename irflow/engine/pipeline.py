@@ -19,7 +19,7 @@ import networkx as nx
 from irflow.engine.batches import Scale
 from irflow.engine.graph import QUERY_NODE
 from irflow.engine.instantiate import instantiate, stage_values
-from irflow.engine.model import FrozenMap, RecipeSpec, StageSpec
+from irflow.engine.model import FrozenMap, RecipeSpec
 from irflow.engine.stage import Stage, stage_params
 from irflow.engine.facts import stage_label, upstreams
 from irflow.engine.validate import analyze
@@ -108,10 +108,6 @@ class Pipeline:
         if stage not in self.classes:
             raise KeyError(f"recipe {self.recipe.name!r} has no stage {stage!r}"
                            f"{did_you_mean(stage, self.classes)}; stages: {', '.join(self.order)}")
-
-    def spec(self, stage: str) -> StageSpec:
-        spec: StageSpec = self.recipe.stages[stage]
-        return spec
 
     def instances(self, values: Mapping[str, Any], stages: Iterable[str], *,
                   values_key: Hashable | None = None) -> dict[str, Stage]:
