@@ -484,12 +484,13 @@ def dense_topk(matrix: np.ndarray, queries: np.ndarray, mask: np.ndarray | None,
     kept = None
     n_allowed = n_rows
     if mask is not None:
-        kept = np.flatnonzero(mask)
-        n_allowed = kept.size
+        n_allowed = int(np.count_nonzero(mask))
         if n_allowed == 0:
             return TopK.empty(n_queries)
-        if n_allowed > gather_fraction(n_queries) * n_rows:
-            kept = None  # full product, dropped rows excluded after it
+        if n_allowed == n_rows:
+            mask = None  # every row (a search without a filter): nothing to exclude, no pass to do it
+        elif n_allowed <= gather_fraction(n_queries) * n_rows:
+            kept = np.flatnonzero(mask)  # else the full product, dropped rows excluded after it
     k = min(int(fetch_k), n_allowed)
     # a zero query scores exactly 0 everywhere: its top k are the first k candidates
     # (and would make every row a candidate of the ranking step)
