@@ -13,8 +13,9 @@ Timed per process, CPU and wall: ``open_corpus(path)`` (checksums),
 ``open_corpus(path, verify=False)``, then the first dense query (which maps
 the vectors in and, from issue 12 on, checks their checksum and norms) and
 a second one.  With ``--base DIR`` (a checkout of an older commit, e.g.
-``git archive 9199a5b irflow | tar -x -C DIR``) the same processes run that
-checkout's irflow on the same files, interleaved: the before / after.
+``git archive 9199a5b irflow | tar -x -C DIR``) that checkout's irflow
+builds its own copy from the same records (each release reads the files it
+writes) and is timed in the same way, interleaved: the before / after.
 Peak RSS of the process is printed (``ru_maxrss``).
 
     python benchmarks/open.py --sizes 100000
@@ -80,6 +81,16 @@ def build(n: int, words: int, path: str, seed: int) -> None:
     irflow.build(records, embedder=None, path=path)
 
 
+def build_with(checkout: str | None, n: int, words: int, path: str, seed: int) -> None:
+    """``build`` run by a checkout's irflow, in a subprocess (this one's when None)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = checkout if checkout else H.REPO
+    done = subprocess.run([sys.executable, os.path.abspath(__file__), "--build-only", str(n), str(words), path,
+                           str(seed)], env=env, capture_output=True, text=True, timeout=7200)
+    if done.returncode != 0:
+        raise SystemExit(f"build failed: {done.stderr[-2000:]}")
+
+
 def probe(path: str, verify: bool, checkout: str | None) -> dict[str, Any]:
     env = dict(os.environ)
     env["PYTHONPATH"] = checkout if checkout else H.REPO
@@ -98,31 +109,40 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--base", default=None, metavar="DIR", help="also time an older checkout's irflow")
     parser.add_argument("--keep", default=None, metavar="DIR", help="build into DIR and keep it (reused if present)")
+    parser.add_argument("--build-only", nargs=4, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.build_only:
+        n, words, path, seed = args.build_only
+        build(int(n), int(words), path, int(seed))
+        return
     print("open benchmark: irflow.open_corpus (warm page cache), fresh process per timing")
     for line in H.machine_lines():
         print(line)
     for n in [int(s) for s in args.sizes.split(",") if s]:
         tmp = None
         if args.keep:
-            path = os.path.join(args.keep, f"open-{n}-{args.words}")
+            where = args.keep
         else:
             tmp = tempfile.mkdtemp(prefix="irflow-open-")
-            path = os.path.join(tmp, "corpus")
+            where = tmp
+        systems = {"irflow": None} if args.base is None else {"irflow": None, "irflow base": args.base}
+        paths = {name: os.path.join(where, f"open-{n}-{args.words}{'-base' if checkout else ''}")
+                 for name, checkout in systems.items()}
         try:
-            if not os.path.exists(os.path.join(path, "CURRENT")):
-                t0 = time.perf_counter()
-                build(n, args.words, path, args.seed)
-                print(f"\n{n} records, ~{args.words} words each, 384-d vectors: built in "
-                      f"{time.perf_counter() - t0:.0f} s")
-            size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
-            print(f"corpus on disk: {size / 2**20:.0f} MiB ({path})")
-            systems = {"irflow": None} if args.base is None else {"irflow": None, "irflow base": args.base}
+            for name, checkout in systems.items():
+                path = paths[name]
+                if not os.path.exists(os.path.join(path, "CURRENT")):
+                    t0 = time.perf_counter()
+                    build_with(checkout, n, args.words, path, args.seed)
+                    print(f"\n{n} records, ~{args.words} words each, 384-d vectors: built by {name} in "
+                          f"{time.perf_counter() - t0:.0f} s")
+                size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+                print(f"{name}'s corpus on disk: {size / 2**20:.0f} MiB ({path})")
             runs: dict[tuple[str, bool], list[dict[str, Any]]] = {}
             for _ in range(args.repeats):
                 for name, checkout in systems.items():
                     for verify in (True, False):
-                        runs.setdefault((name, verify), []).append(probe(path, verify, checkout))
+                        runs.setdefault((name, verify), []).append(probe(paths[name], verify, checkout))
             rows = []
             for (name, verify), samples in runs.items():
                 def med(key: str) -> float:
