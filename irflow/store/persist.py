@@ -296,7 +296,7 @@ def _map_vectors(generation: gens.Generation, *, verify: bool) -> tuple[np.ndarr
     try:
         with open(path, "rb") as fh:
             version = np.lib.format.read_magic(fh)
-            if version not in ((1, 0), (2, 0), (3, 0)):
+            if version not in ((1, 0), (2, 0)):  # np.save writes 3.0 only for non-latin-1 field names
                 raise ValueError(f"unknown .npy format version {version}")
             read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
                 np.lib.format.read_array_header_2_0
