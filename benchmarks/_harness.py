@@ -116,7 +116,7 @@ def interleaved(systems: Mapping[str, tuple[Callable[[int], Any], int, int]],
             if r >= reps:
                 continue
             for i in range(items):
-                w, c, _ = measure(lambda: run(i))
+                w, c, _ = measure(lambda: run(i))  # noqa: B023 (called at once)
                 walls[name][i].append(w)
                 cpus[name][i].append(c)
     out = {name: Sample() for name in names}

@@ -10,16 +10,16 @@ retrieval, not a model.  Queries: 2-4 words from the same vocabulary.
 
 Compared, on the same corpus and queries, in one run:
 
-* ``search()`` — ``irflow.search(corpus, q, mode="hybrid")`` (batch of 1
+* ``search()`` — ``irflow.search(corpus, q, mode="hybrid", fusion="rrf")`` (batch of 1
   only: it takes one query string);
 * ``recipe trace=off`` / ``recipe trace=on`` — the same built-in recipe,
-  ``load_recipe("search").run(corpus, queries, mode="hybrid",
+  ``load_recipe("search").run(corpus, queries, mode="hybrid", fusion="rrf",
   trace=...).hits``, for a batch of 1 (a string) and of 256 (a list);
 * ``kernels`` — the same work by hand: ``corpus.candidate_mask()``,
   ``corpus.embed_queries``, ``corpus.dense_topk``,
   ``corpus.tokenize_queries``, ``corpus.bm25_topk`` (fetch 50 each, the
-  recipe's ``max(5 k, 50)``), an RRF in numpy (rrf_k 60, dense first,
-  stable ties, the lexical-empty pass-through), the cut to 50, the best
+  recipe's ``max(5 k, 50)``), an RRF in numpy (rrf_k 60, equal scores by
+  corpus row, the lexical-empty pass-through), the cut to 50, the best
   surface per artifact and the top 10, then the SearchHits.  Its hits are
   checked equal to ``search()``'s (artifact, record, score).
 * ``kernels mask=None`` — the same with ``mask=None`` handed to the
@@ -62,6 +62,8 @@ from irflow.store.records import Record  # noqa: E402
 KINDS = ("name", "description", "readme_chunk", "deps")
 LENGTHS = {"name": 3, "description": 16, "readme_chunk": 60, "deps": 6}
 FETCH_K, K, RRF_K = 50, 10, 60
+# what the hand pipeline computes: hybrid with RRF (the recipe's default fusion is the blend since issue 14)
+HYBRID = {"mode": "hybrid", "fusion": "rrf"}
 
 
 # -- data ---------------------------------------------------------------------------------
@@ -141,7 +143,7 @@ def fuse_collapse(dense: Any, lexical: Any, n_queries: int, n_rows: int,
     g_q = q[first]
     # a query whose lexical channel found nothing passes the dense ranking through, with its scores
     passthrough = np.bincount(lq, minlength=n_queries) == 0
-    g_order = np.lexsort((first, -fused, g_q))
+    g_order = np.lexsort((row[first], -fused, g_q))  # equal scores by corpus row (README, "Ties")
     g_order = g_order[~passthrough[g_q[g_order]]]
     pt = np.flatnonzero(passthrough[q] & (src == 0))
     out_q = np.concatenate([g_q[g_order], q[pt]])
@@ -210,6 +212,43 @@ def tracing_off_cost(n_stages: int) -> float:
     return min(timeit.repeat(body, number=number, repeat=5)) / number
 
 
+def per_run_work(corpus: Any, recipe: Any, text: str) -> list[tuple[str, float, float]]:
+    """What a run used to redo and now reuses (issue 11): (piece, old µs, new µs) per hybrid run, in one process.
+
+    Each piece is timed both ways side by side (best of 5 repeats): the old way is the
+    uncached computation the engine still has (resolving the arguments, keying every value,
+    walking the graph, BM25Params from the mapping, a checked Candidates rebuild), the new
+    way what a run now does instead.
+    """
+    from irflow.engine.params import _resolve_params, resolve_params_keyed
+    from irflow.kernels.bm25 import BM25Params
+    from irflow.util.cachekey import cache_key
+
+    pipeline = recipe.pipeline()
+    values, _ = resolve_params_keyed(recipe, HYBRID)
+    lexical = pipeline.instances(values, ["lexical"])["lexical"]
+    found = recipe.run(corpus, text, **HYBRID, output="lexical").output("lexical")
+    order = np.lexsort((found.row, -found.score, found.query_index))
+    pieces = [
+        ("resolve the arguments", lambda: _resolve_params(recipe, dict(HYBRID)),
+         lambda: resolve_params_keyed(recipe, HYBRID)),
+        ("key the stage objects", lambda: cache_key(dict(values)), lambda: None),
+        ("stages the output needs", lambda: pipeline._walk_up(recipe.output, frozenset()),
+         lambda: pipeline.needed(recipe.output, ())),
+        ("BM25 settings (lexical stage)", lambda: BM25Params.from_mapping(lexical.bm25), lambda: lexical.bm25_params),
+        ("one re-sort of 50 candidates", lambda: found.take(order), lambda: found.sorted_by_score()),
+    ]
+    out = []
+    for name, old, new in pieces:
+        number = 2000
+        times = {"old": [], "new": []}
+        for _ in range(5):
+            for way, call in (("old", old), ("new", new)):
+                times[way].append(timeit.timeit(call, number=number) / number * 1e6)
+        out.append((name, min(times["old"]), min(times["new"])))
+    return out
+
+
 # -- main -----------------------------------------------------------------------------------------
 
 
@@ -237,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         except ImportError:
             print("  (threadpoolctl not installed: BLAS threads left as they are)")
 
-    print("pipeline benchmark: search(mode='hybrid') end to end vs the sum of its kernels")
+    print("pipeline benchmark: search(mode='hybrid', fusion='rrf') end to end vs the sum of its kernels")
     for line in H.machine_lines():
         print(line)
     t0 = time.perf_counter()
@@ -248,16 +287,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     n_stages = len(recipe.stages)
     print(f"corpus: {corpus.n_rows} records ({args.artifacts} artifacts x {len(KINDS)} kinds), "
           f"{args.dim}-d precomputed vectors, lookup query embedder; built in {time.perf_counter() - t0:.1f} s; "
-          f"recipe 'search' ({n_stages} stages), mode hybrid, k {K}, fetch_k {FETCH_K}; "
+          f"recipe 'search' ({n_stages} stages), mode hybrid, fusion rrf, k {K}, fetch_k {FETCH_K}; "
           f"BLAS threads {args.threads or 'default'}")
 
     # correctness first: the hand pipeline must return search()'s hits
     check = texts[: min(len(texts), 64)]
-    engine_hits = recipe.run(corpus, check, mode="hybrid").hits
+    engine_hits = recipe.run(corpus, check, **HYBRID).hits
     hand_hits = kernels(corpus, codes, check)
     agree = sum(same_hits(a, b) for a, b in zip(engine_hits, hand_hits))
     agree_none = sum(same_hits(a, b) for a, b in zip(engine_hits, kernels(corpus, codes, check, use_mask=False)))
-    single_ok = all(same_hits(irflow.search(corpus, t, mode="hybrid"), h) for t, h in zip(check[:8], hand_hits))
+    single_ok = all(same_hits(irflow.search(corpus, t, **HYBRID), h) for t, h in zip(check[:8], hand_hits))
     print(f"hits equal to the engine's: kernels {agree}/{len(check)}, kernels mask=None {agree_none}/{len(check)}, "
           f"search() single {'yes' if single_ok else 'NO'}")
 
@@ -269,29 +308,34 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             items = [texts[i * batch:(i + 1) * batch] for i in range(args.n_batches)]
         systems: dict[str, Callable[[Any], Any]] = {}
         if batch == 1:
-            systems["search()"] = lambda t: irflow.search(corpus, t, mode="hybrid")
-        systems["recipe trace=off"] = lambda t: recipe.run(corpus, t, mode="hybrid").hits
-        systems["recipe trace=off (again)"] = lambda t: recipe.run(corpus, t, mode="hybrid").hits
-        systems["recipe trace=on"] = lambda t: recipe.run(corpus, t, mode="hybrid", trace=True).hits
+            systems["search()"] = lambda t: irflow.search(corpus, t, **HYBRID)
+        systems["recipe trace=off"] = lambda t: recipe.run(corpus, t, **HYBRID).hits
+        systems["recipe trace=off (again)"] = lambda t: recipe.run(corpus, t, **HYBRID).hits
+        systems["recipe trace=on"] = lambda t: recipe.run(corpus, t, **HYBRID, trace=True).hits
         systems["kernels"] = lambda t: kernels(corpus, codes, [t] if isinstance(t, str) else t)
         systems["kernels mask=None"] = lambda t: kernels(corpus, codes, [t] if isinstance(t, str) else t,
                                                          use_mask=False)
-        timing = H.interleaved({name: ((lambda i, run=run: run(items[i])), len(items), args.repeats)
+        timing = H.interleaved({name: ((lambda i, run=run: run(items[i])), len(items), args.repeats)  # noqa: B023
                                 for name, run in systems.items()}, len(items))
         base = timing["recipe trace=off"].median_ms("cpu")
         kern = timing["kernels"].median_ms("cpu")
         rows = []
         for name in systems:
             cpu, wall = timing[name].median_ms("cpu") / batch, timing[name].median_ms("wall") / batch
-            rows.append([name, cpu, wall, timing[name].median_ms("cpu") / base])
-        print(f"\nbatch of {batch}: time per query, ms (median over {len(items)} "
+            rows.append([name, cpu, timing[name].p90_ms("cpu") / batch, wall, timing[name].median_ms("cpu") / base])
+        print(f"\nbatch of {batch}: time per query, ms (median and p90 over {len(items)} "
               f"{'queries' if batch == 1 else 'batches'}, {args.repeats} repeats each)")
-        print(H.table(["system", "cpu ms/q", "wall ms/q", "/ recipe off"], rows))
+        print(H.table(["system", "cpu ms/q", "cpu p90", "wall ms/q", "/ recipe off"], rows))
         overhead = (base - kern) / base
+        # the engine's own cost, item by item: the recipe's time minus the kernels' on the same item
+        engine = [(r - k) * 1e3 / batch for r, k in zip(timing["recipe trace=off"].values("cpu"),
+                                                       timing["kernels"].values("cpu"))]
+        engine_median, engine_p90 = statistics.median(engine), float(np.percentile(engine, 90))
         on = timing["recipe trace=on"].median_ms("cpu")
         again = timing["recipe trace=off (again)"].median_ms("cpu")
         print(f"  engine overhead (recipe trace=off - kernels) / recipe trace=off: {overhead:.1%} "
-              f"({(base - kern) / batch:.3f} ms per query)")
+              f"({(base - kern) / batch:.3f} ms per query); per item, recipe - kernels: median "
+              f"{engine_median:.3f} ms/q, p90 {engine_p90:.3f} ms/q")
         print(f"  tracing on costs {(on - base) / base:+.1%}; two identical trace=off series differ by "
               f"{(again - base) / base:+.1%} (the noise floor)")
         mask_gain = (kern - timing["kernels mask=None"].median_ms("cpu")) / kern
@@ -306,6 +350,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             f"{name} {statistics.median(v) * 1e3 / batch:.3f}" for name, v in steps.items())
             + f"; sum {total * 1e3 / batch:.3f}")
         results[batch] = {"overhead": overhead, "trace_on": (on - base) / base, "noise": (again - base) / base,
+                          "engine_ms": engine_median, "engine_p90_ms": engine_p90,
                           "mask_cost": mask_gain,
                           "ms": {name: timing[name].median_ms("cpu") / batch for name in systems}}
 
@@ -314,6 +359,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(f"\ntracing-off code path: {cost * 1e9:.0f} ns per run ({n_stages} stages) = "
           f"{cost / per_query:.4%} of a single hybrid search")
     results["tracing_off_ns"] = cost * 1e9
+    work = per_run_work(corpus, recipe, texts[0])
+    print("\nper-run work now reused (issue 11), µs, best of 5, old way and new way timed side by side:")
+    print(H.table(["piece", "old µs", "new µs"], [[n, o, w] for n, o, w in work]))
+    results["per_run_work"] = work
     print("\ntargets (issue 5):")
     for batch in (1, args.batch):
         o = results[batch]["overhead"]

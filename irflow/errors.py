@@ -14,6 +14,8 @@ may raise any of them; the module that raises one also re-exports it
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class IrflowError(Exception):
     """Base class of every error irflow raises on purpose."""
@@ -71,7 +73,7 @@ class ParameterError(RecipeError):
     ``--set k=10`` where Python writes ``k=10``).
     """
 
-    def __init__(self, recipe: str, arguments: "list[tuple] | tuple[tuple, ...]", *,
+    def __init__(self, recipe: str, arguments: "list[tuple[Any, ...]] | tuple[tuple[Any, ...], ...]", *,
                  source: str | None = None) -> None:
         self.recipe = recipe
         self.arguments = tuple(tuple(a) for a in arguments)
@@ -133,6 +135,15 @@ class OutputError(IrflowError, OSError):
 
 class StageError(IrflowError):
     """A stage failed while running; names the stage and its kind."""
+
+
+class StagePortError(IrflowError, TypeError):
+    """A stage kind's ``run()`` does not take the input ports it declares; refused when it is registered.
+
+    Names the kind, its declared ports, ``run()``'s parameters and the
+    signature that would fit.  Also a ``TypeError`` (what calling ``run()``
+    with those ports would have raised, later, in the middle of a recipe run).
+    """
 
 
 class NoLedgerEntry(IrflowError, KeyError):

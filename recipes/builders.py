@@ -9,7 +9,7 @@ Python, TOML and YAML forms equal.  Start from these to build variants::
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from irflow.engine.recipe import Recipe, RecipeBuilder, ref
 
@@ -84,7 +84,7 @@ def search() -> Recipe:
     builder.derive("fetch_k", "over_fetch", k=ref("k"), if_any=[ref("per_artifact"), *later])
     # a query formulated into several texts runs one sub-search per text with per_artifact = false
     builder.derive("subquery_fetch_k", "over_fetch", given=ref("fetch_k"), k=ref("k"), if_any=later)
-    depth = {"fetch_k": ref("fetch_k"), "subquery_fetch_k": ref("subquery_fetch_k")}
+    depth: dict[str, Any] = {"fetch_k": ref("fetch_k"), "subquery_fetch_k": ref("subquery_fetch_k")}
     builder.stage("formulate", "formulate", formulator=ref("formulate"))
     builder.stage("candidates", "filter", filter=ref("filter"), surfaces=ref("surfaces"))
     channel_inputs = {"mask": "candidates", "query": "formulate"}

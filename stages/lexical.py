@@ -14,6 +14,7 @@ sub-searches, which fetch by their own rule.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -56,6 +57,16 @@ class Lexical(Stage):
         None, validator=_bm25_spec,
         doc="BM25 settings: variant (okapi|bm25l|bm25plus), k1, b, epsilon, delta, stats (candidates|corpus)")
 
+    @functools.cached_property
+    def bm25_params(self) -> BM25Params:
+        """``bm25`` as :class:`~irflow.kernels.bm25.BM25Params`, resolved once per stage object.
+
+        The engine builds a recipe's stage objects once per recipe and
+        arguments (cached under a type-exact key), so a run no longer turns
+        the mapping into parameters on every query.
+        """
+        return BM25Params.from_mapping(self.bm25)
+
     def output_scales(self, inputs: Mapping[str, tuple[Upstream, ...]]) -> frozenset[Scale]:
         return frozenset({Scale.BM25})
 
@@ -65,6 +76,6 @@ class Lexical(Stage):
         texts, inverse = unique_texts(query.texts)
         tokens = ctx.corpus.tokenize_queries(texts)
         depth = fetch_depth(query, self.fetch_k, self.subquery_fetch_k)
-        topk = ctx.corpus.bm25_topk(tokens, mask, depth, self.bm25)
+        topk = ctx.corpus.bm25_topk(tokens, mask, depth, self.bm25_params)
         found = channel(query, *spread(topk, inverse), Scale.BM25, ctx.name)
         return cut_per_text(found, self.fetch_k, self.subquery_fetch_k)

@@ -159,7 +159,7 @@ class Rerank(Stage):
         else:
             texts = []
             for record in records:
-                text = self.text(corpus, record.metadata)
+                text = self.text(corpus, record.metadata)  # type: ignore[operator]  # not a name: the callable
                 if not isinstance(text, str):
                     raise TypeError(f"rerank text callable {getattr(self.text, '__qualname__', self.text)!r} "
                                     f"returned {type(text).__name__}; it must return the segment text (a str)")

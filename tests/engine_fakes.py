@@ -20,6 +20,7 @@ from irflow.engine.batches import Candidates, QueryBatch, Scale
 from irflow.engine.ports import CANDIDATES, Port
 from irflow.store.protocol import Siblings
 from irflow.store.records import Record, SearchHit
+from irflow.kernels.bm25 import BM25Params
 from irflow.engine import finite_number, param, Stage
 from irflow.engine.kinds import _source_subpackage
 
@@ -111,11 +112,13 @@ class FakeCorpus:
         return _topk([(rows, scores[i].astype(np.float64)) for i in range(len(queries))], fetch_k)
 
     def bm25_topk(self, query_tokens: Sequence[Sequence[str]], mask: np.ndarray | None, fetch_k: int,
-                  params: Mapping[str, Any] | None = None) -> FakeTopK:
+                  params: BM25Params | Mapping[str, Any] | None = None) -> FakeTopK:
         self.calls["bm25"] += 1
         rows = np.flatnonzero(mask) if mask is not None else np.arange(self.n_rows)
         docs = [self.row_tokens[r] for r in rows]
-        bm = BM25Okapi(docs, **{k: v for k, v in (params or {}).items() if k in ("k1", "b", "epsilon")})
+        # the protocol passes BM25Params (the lexical stage resolves its mapping once) or a mapping
+        p = BM25Params.from_mapping(params)
+        bm = BM25Okapi(docs, k1=p.k1, b=p.b, epsilon=p.epsilon)
         per_query = []
         for toks in query_tokens:
             scores = np.asarray(bm.get_scores(list(toks)), dtype=np.float64)

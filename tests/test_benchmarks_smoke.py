@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,11 +21,18 @@ def _run(script: str, *args: str) -> str:
 
 @pytest.mark.slow
 def test_lexical_quick_agrees_with_rank_bm25():
-    out = _run("lexical.py", "--quick", "--no-memory", "--no-scifact", "--systems", "irflow,rank_bm25")
-    line = next(l for l in out.splitlines() if l.startswith("agreement with rank_bm25"))
-    diff = float(line.split("=")[1].split(";")[0])
-    assert diff < 1e-9
-    assert "identical top-10 rows" in line
+    out = _run("lexical.py", "--quick", "--no-memory", "--systems", "irflow kernel,irflow search(),rank_bm25")
+    lines = [x for x in out.splitlines() if x.startswith("agreement with rank_bm25")]
+    assert len(lines) == 2  # both query mixes of issue 12's corpus
+    for line in lines:
+        diff = float(line.split("=")[1].split(";")[0])
+        assert diff < 1e-9
+        assert "identical top-10 rows" in line
+    assert "OPENBLAS_CORETYPE=" in out and "irflow BM25 kernel:" in out
+    assert "engine" in out  # search() split into kernel and engine
+    for line in (x for x in out.splitlines() if x.startswith("compiled kernel = numpy kernel")):
+        done, total = line.split(" on ")[1].split()[0].split("/")
+        assert done == total  # the two kernels' rows and score bits agree on every query
 
 
 @pytest.mark.slow
@@ -47,3 +55,8 @@ def test_open_runs():
 def test_pipeline_quick_runs_and_the_kernels_give_the_same_hits():
     out = _run("pipeline.py", "--quick")
     assert "hits equal to the engine's" in out and "engine overhead" in out
+    # the hand-written pipeline does the recipe's work: the same hits for every query checked
+    agree = re.search(r"hits equal to the engine's: kernels (\d+)/(\d+), kernels mask=None (\d+)/(\d+), "
+                      r"search\(\) single (\w+)", out)
+    assert agree is not None, out
+    assert agree.group(1) == agree.group(2) == agree.group(3) == agree.group(4) and agree.group(5) == "yes", out

@@ -13,8 +13,10 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from rank_bm25 import BM25L, BM25Okapi, BM25Plus
 
-from irflow.kernels import bm25 as bm25_module
 from irflow.kernels import postings as postings_module
+from irflow.kernels.bm25 import kernel as kernel_module
+from irflow.kernels.bm25 import pruning as pruning_module
+from irflow.kernels.bm25 import scorer as scorer_module
 from irflow.kernels.bm25 import BM25Params, BM25ParamError, bm25_scores, bm25_topk
 from irflow.errors import CorpusError, IrflowError
 from irflow.kernels.postings import Postings
@@ -75,11 +77,43 @@ def check_top(rows: np.ndarray, scores: np.ndarray, reference: dict[int, float],
     assert np.all(np.diff(scores) <= 0)
 
 
+try:
+    from irflow.kernels.bm25 import compiled as bm25_numba
+except ImportError:  # numba not installed: the compiled paths are skipped
+    bm25_numba = None
+
+
 @contextlib.contextmanager
 def kernel_paths(path: str) -> Iterator[None]:
-    """Force one of the kernel's scoring paths by moving its thresholds."""
-    names = [(bm25_module, "DENSE_TERM_FRACTION"), (bm25_module, "PRUNE_BUDGET_FRACTION"),
-             (bm25_module, "PRUNE_LIMIT_FRACTION"), (bm25_module, "FULL_SCORE_ROWS"),
+    """Force one of the kernel's scoring paths by moving its thresholds.
+
+    The numpy paths run with the compiled kernel switched off; the
+    ``compiled*`` ones run the compiled kernel (skipped without numba) with
+    tiny blocks, so that a small corpus spans many blocks (cursors moving
+    between blocks, the essential prefix shrinking as the threshold rises).
+    """
+    compiled_paths = {  # path -> (block rows, the numpy settings its head columns and dense terms follow)
+        "compiled": (None, "default"),
+        "compiled_block1": (1, "default"),
+        "compiled_block3": (3, "prune_heads"),
+        "compiled_dense": (2, "dense"),
+        "compiled_sparse": (5, "sparse"),
+        "compiled_heads": (4, "prune_seeded"),
+    }
+    if path in compiled_paths:
+        if bm25_numba is None:
+            pytest.skip("numba is not installed: no compiled kernel to test")
+        block, numpy_path = compiled_paths[path]
+        saved_block = kernel_module.COMPILED_BLOCK
+        kernel_module.COMPILED_BLOCK = block
+        try:
+            with kernel_paths(numpy_path), kernel_module.use_kernel("numba"):
+                yield
+        finally:
+            kernel_module.COMPILED_BLOCK = saved_block
+        return
+    names = [(scorer_module, "DENSE_TERM_FRACTION"), (pruning_module, "PRUNE_BUDGET_FRACTION"),
+             (pruning_module, "PRUNE_LIMIT_FRACTION"), (pruning_module, "FULL_SCORE_ROWS"),
              (postings_module, "HEAD_TERMS"), (postings_module, "HEAD_MIN_SHARE")]
     saved = tuple(getattr(module, name) for module, name in names)
     settings_for = {
@@ -97,14 +131,18 @@ def kernel_paths(path: str) -> Iterator[None]:
     for (module, name), value in zip(names, settings_for):
         setattr(module, name, value)
     try:
-        yield
+        with kernel_module.use_kernel("numpy"):
+            yield
     finally:
         for (module, name), value in zip(names, saved):
             setattr(module, name, value)
 
 
-PATHS = ["default", "sparse", "dense", "dense_scatter", "prune_heads", "prune_postings", "prune_seeded",
-         "prune_tight", "prune_rarest", "prune_rarest_seeded"]
+NUMPY_PATHS = ["default", "sparse", "dense", "dense_scatter", "prune_heads", "prune_postings", "prune_seeded",
+               "prune_tight", "prune_rarest", "prune_rarest_seeded"]
+COMPILED_PATHS = ["compiled", "compiled_block1", "compiled_block3", "compiled_dense", "compiled_sparse",
+                  "compiled_heads"]
+PATHS = NUMPY_PATHS + COMPILED_PATHS
 
 
 @st.composite
@@ -207,7 +245,7 @@ def zipf_corpus() -> tuple[list[list[str]], Postings, list[list[str]]]:
 
 @pytest.mark.parametrize("variant", ["okapi", "bm25l", "bm25plus"])
 @pytest.mark.parametrize("keep", [None, 0.5, 0.97])
-@pytest.mark.parametrize("path", ["default", "prune_seeded"])
+@pytest.mark.parametrize("path", ["default", "prune_seeded", "compiled", "compiled_heads"])
 def test_zipf_corpus_matches_rank_bm25(zipf_corpus, variant: str, keep: float | None, path: str) -> None:
     docs, postings, queries = zipf_corpus
     mask = None if keep is None else np.random.default_rng(3).random(len(docs)) < keep
@@ -216,6 +254,28 @@ def test_zipf_corpus_matches_rank_bm25(zipf_corpus, variant: str, keep: float | 
         top = bm25_topk(postings, queries, mask, 10, params)
     for i, reference in enumerate(expected_many(docs, queries, mask, params)):
         check_top(*top.per_query(i), reference, 10)
+
+
+@pytest.mark.parametrize("variant", ["okapi", "bm25l", "bm25plus"])
+@pytest.mark.parametrize("keep", [None, 0.5, 0.02])
+@pytest.mark.parametrize("stats", ["candidates", "corpus"])
+def test_zipf_corpus_compiled_kernel_gives_the_numpy_bits(zipf_corpus, variant: str, keep: float | None,
+                                                          stats: str) -> None:
+    """The compiled kernel, at its own block size and at small ones, returns the numpy kernel's rows and bits.
+
+    keep=0.02 leaves 60 candidates: common terms are then read from their columns at the candidates.
+    """
+    docs, postings, queries = zipf_corpus
+    mask = None if keep is None else np.random.default_rng(11).random(len(docs)) < keep
+    params = BM25Params(variant=variant, stats=stats)
+    for k in (1, 10, 100):
+        with kernel_paths("default"):
+            want = bm25_topk(postings, queries, mask, k, params)
+        for path in ("compiled", "compiled_block3", "compiled_heads"):
+            with kernel_paths(path):
+                got = bm25_topk(postings, queries, mask, k, params)
+            assert got.row.tolist() == want.row.tolist(), (path, k)
+            assert got.score.tobytes() == want.score.tobytes(), (path, k)
 
 
 def test_batch_equals_single_queries(zipf_corpus) -> None:
@@ -399,18 +459,18 @@ def test_mask_none_equals_all_true() -> None:
 def pruned_answers() -> Iterator[list[bool]]:
     """Record, for each ``_pruned`` call, whether the pruned path answered (not gave up)."""
     answers: list[bool] = []
-    original = bm25_module._Scorer._pruned
+    original = scorer_module._Scorer._pruned
 
     def spy(self, *args, **kwargs):
         rows, scores = original(self, *args, **kwargs)
         answers.append(rows is not None)
         return rows, scores
 
-    bm25_module._Scorer._pruned = spy
+    scorer_module._Scorer._pruned = spy
     try:
         yield answers
     finally:
-        bm25_module._Scorer._pruned = original
+        scorer_module._Scorer._pruned = original
 
 
 def assert_prefixes(postings: Postings, queries, mask, params: BM25Params, ks) -> None:
@@ -457,8 +517,9 @@ def test_every_fetch_k_is_a_prefix_of_the_same_ranking(case: dict) -> None:
 
 
 # the paths that share head-column settings (and so the canonical order), grouped
-SAME_HEADS = [["sparse", "dense_scatter", "prune_postings", "prune_rarest_seeded"],
-              ["dense", "prune_heads", "prune_seeded", "prune_rarest"]]
+SAME_HEADS = [["sparse", "dense_scatter", "prune_postings", "prune_rarest_seeded", "compiled_sparse"],
+              ["dense", "prune_heads", "prune_seeded", "prune_rarest", "compiled_dense", "compiled_heads",
+               "compiled_block3"]]
 
 
 @settings(max_examples=150, deadline=None)
@@ -466,6 +527,8 @@ SAME_HEADS = [["sparse", "dense_scatter", "prune_postings", "prune_rarest_seeded
 def test_every_path_gives_the_same_bits(case: dict, k: int, paths: list[str]) -> None:
     results = []
     for path in paths:
+        if path in COMPILED_PATHS and bm25_numba is None:
+            continue
         with kernel_paths(path):
             top = bm25_topk(Postings.build(case["docs"]), case["queries"], case["mask"], k, case["params"])
         results.append((top.row.tolist(), top.score.tobytes()))
@@ -474,15 +537,19 @@ def test_every_path_gives_the_same_bits(case: dict, k: int, paths: list[str]) ->
 
 @pytest.mark.parametrize("variant", ["okapi", "bm25l", "bm25plus"])
 @pytest.mark.parametrize("keep", [None, 0.5])
-def test_zipf_corpus_fetch_k_prefixes_at_default_thresholds(zipf_corpus, variant: str, keep: float | None) -> None:
+@pytest.mark.parametrize("path", ["default", "compiled", "compiled_heads"])
+def test_zipf_corpus_fetch_k_prefixes_at_default_thresholds(zipf_corpus, variant: str, keep: float | None,
+                                                            path: str) -> None:
     docs, postings, queries = zipf_corpus
     mask = None if keep is None else np.random.default_rng(5).random(len(docs)) < keep
-    with pruned_answers() as answers:
+    with kernel_paths(path), pruned_answers() as answers:
         assert_prefixes(postings, queries, mask, BM25Params(variant=variant), [1, 2, 3, 5, 8, 13, 21, 34])
-    assert 4 * sum(answers) > len(answers)  # the pruned path answered many of them (BM25L's bounds are loose)
+    if path == "default":  # the numpy pruned path answered many of them (BM25L's bounds are loose)
+        assert 4 * sum(answers) > len(answers)
 
 
-def test_fetch_k_does_not_change_equal_scores_of_the_search_corpus() -> None:
+@pytest.mark.parametrize("path", ["default", "compiled", "compiled_block1"])
+def test_fetch_k_does_not_change_equal_scores_of_the_search_corpus(path: str) -> None:
     """Regression: rows 28 and 31 score the same, and did not when fetch_k=4 went through pruning."""
     from search_reference import records  # the small corpus of the search tests
 
@@ -493,11 +560,12 @@ def test_fetch_k_does_not_change_equal_scores_of_the_search_corpus() -> None:
     postings = Postings.build(analyzer.tokenize_many([r["text"] for r in surfaces]))
     mask = np.array([r["surface_kind"] in ("description", "readme_chunk", "deps") for r in surfaces])
     query = analyzer("http client json parser")
-    with pruned_answers() as answers:
-        rows, scores = bm25_topk(postings, [query], mask, 4).per_query(0)
-    assert answers == [True]
+    with kernel_paths(path):
+        with pruned_answers() as answers:
+            rows, scores = bm25_topk(postings, [query], mask, 4).per_query(0)
+        assert_prefixes(postings, [query], mask, BM25Params(), range(1, postings.n_rows + 1))
+    assert answers == ([True] if path == "default" else [])
     assert rows.tolist() == [13, 1, 28, 31] and scores[2] == scores[3]
-    assert_prefixes(postings, [query], mask, BM25Params(), range(1, postings.n_rows + 1))
     reference = expected([analyzer(r["text"]) for r in surfaces], query, mask, BM25Params())
     check_top(rows, scores, reference, 4)
 
@@ -552,7 +620,7 @@ def test_postings_build_matches_counts() -> None:
         assert sorted(postings.row_term_ids(row).tolist()) == sorted(postings.vocab[t] for t in set(doc))
     assert postings.term_ids(["t0", "nope"]).tolist() == [postings.vocab["t0"], -1]
     assert postings.vocab_terms[postings.vocab["t3"]] == "t3"
-    assert postings.post_tfs.dtype.kind == "i"  # float32 would keep float32 arithmetic
+    assert postings.post_tfs.dtype.kind in "ui"  # integers: float32 would keep float32 arithmetic
 
 
 def test_postings_arrays_roundtrip_through_npy(tmp_path) -> None:

@@ -6,6 +6,7 @@ import doctest
 import math
 import typing
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -155,7 +156,7 @@ def test_matches_explains_the_boost_and_the_repr_is_stable():
 def test_the_boost_is_a_frozen_parameter_object():
     boost = dependency_evidence_boost({"x"}, weight=0.1)
     assert isinstance(boost, DependencyEvidenceBoost)
-    with pytest.raises(Exception):
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
         boost.weight = 2.0  # type: ignore[misc]
     assert boost == dependency_evidence_boost(["X"], weight=0.1)
 

@@ -130,7 +130,7 @@ def test_atomic_writes_refuse_clearly_and_keep_modes(tmp_path):
     with pytest.raises(ZeroDivisionError):
         with atomic_writer(kept) as out:
             out.write(b"half")
-            1 / 0
+            raise ZeroDivisionError("a crash mid-write")
     assert kept.read_text() == "new"
     assert sorted(os.listdir(tmp_path)) == ["adir", "afile", "kept.txt"]
 

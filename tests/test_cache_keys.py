@@ -215,7 +215,9 @@ def corpus() -> irflow.Corpus:
 
 
 def test_the_issue_sequences(corpus: irflow.Corpus) -> None:
-    hits = lambda f: sorted(h.artifact_id for h in search(corpus, "alpha", mode="lexical", filter=f, k=10))
+    def hits(f: dict) -> list[str]:
+        return sorted(h.artifact_id for h in search(corpus, "alpha", mode="lexical", filter=f, k=10))
+
     assert hits({"n": 1}) == ["one"]
     assert hits({"n": True}) == ["list", "true"]  # was ["one"]: the instance cached for {"n": 1}
     assert hits({"flag": 0}) == ["float", "one"]
@@ -246,6 +248,21 @@ def test_a_cache_hit_never_skips_validation(corpus: irflow.Corpus) -> None:
     search(corpus, "alpha", mode="lexical", per_artifact=False)
     with pytest.raises(RecipeError):
         search(corpus, "alpha", mode="lexical", per_artifact=0)
+
+
+def test_resolved_parameters_are_remembered_but_hold_the_callers_objects() -> None:
+    """search() resolves a set of arguments once per recipe; a hit never hands back an earlier call's object."""
+    recipe = irflow.load_recipe("search")
+    first_filter = {"n": 1}
+    first = recipe.resolve_params({"mode": "lexical", "filter": first_filter})
+    first_filter["n"] = 2  # the caller reuses its dict
+    fresh = {"n": 1}
+    again = recipe.resolve_params({"mode": "lexical", "filter": fresh})
+    assert again["filter"] is fresh and again == {**first, "filter": {"n": 1}}
+    assert again is not recipe.resolve_params({"mode": "lexical", "filter": fresh})  # a new dict every time
+    assert recipe.resolve_params({"mode": "lexical", "k": 3})["k"] == 3
+    with pytest.raises(RecipeError, match="k"):  # type-exact: 3.0 is not 3's entry
+        recipe.resolve_params({"mode": "lexical", "k": 3.0})
 
 
 def test_stage_cache_keys_parameters_by_type(corpus: irflow.Corpus) -> None:

@@ -30,7 +30,7 @@ GOOD = [{"artifact_id": "unbox", "surface_kind": "name", "text": "unbox", "metad
 
 
 def _write(path: Path, lines: list) -> Path:
-    path.write_text("".join((l if isinstance(l, str) else json.dumps(l)) + "\n" for l in lines), encoding="utf-8")
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines), encoding="utf-8")
     return path
 
 

@@ -208,7 +208,7 @@ def test_build_open_round_trip(tmp_path: Path, corpus: Corpus) -> None:
     assert built.name == "demo" and built.path == tmp_path / "demo"
     opened = open_corpus(tmp_path / "demo")
     assert opened.name == "demo"
-    assert [r for r in opened.store] == [r for r in built.store]
+    assert list(opened.store) == list(built.store)
     assert dict(opened.store.ledger) == dict(built.store.ledger)
     np.testing.assert_array_equal(opened.vectors, built.vectors)
     assert opened.analyzer == built.analyzer and opened.analyzer.name == "english"

@@ -96,9 +96,9 @@ def test_only_the_stages_an_output_needs_run(corpus, hybrid):
 def test_a_mask_output_has_no_hits(corpus, hybrid):
     result = hybrid.run(corpus, "q", output="candidates")
     with pytest.raises(IrflowError, match="produced ndarray, which has no hits"):
-        result.hits
+        _ = result.hits
     with pytest.raises(IrflowError, match="not Candidates"):
-        result.candidates
+        _ = result.candidates
 
 
 # -- parameters ---------------------------------------------------------------------

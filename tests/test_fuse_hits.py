@@ -381,7 +381,7 @@ def test_property_k_is_a_prefix_of_the_full_ranking(pool, k, identity):
 def test_property_scaling_every_weight_scales_every_fused_score(pool, factor):
     keys = list(pool)
     base = fuse_hits(pool, weights={k: 1.0 for k in keys if k is not None})
-    scaled = fuse_hits(pool, weights={k: factor for k in keys} | {None: factor})
+    scaled = fuse_hits(pool, weights=dict.fromkeys(keys, factor) | {None: factor})
     if sum(1 for v in pool.values() if v) < 2:
         assert scaled == base  # pass-through ignores weights
         return

@@ -10,7 +10,6 @@ or ``.tmp-notes/``, and ``delete_record`` deleted a ``gen-000001.bak`` file.
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import multiprocessing
 import os

@@ -86,7 +86,7 @@ def test_agrees_with_pytrec_eval_on_random_runs(run: dict, qrels: dict) -> None:
 @settings(max_examples=60, deadline=None)
 @given(qrels=judgements, value=st.sampled_from([0.0, 1.0, 3.5]))
 def test_all_scores_tied_rank_by_doc_id_descending(qrels: dict, value: float) -> None:
-    run = {"q": {d: value for d in DOC_IDS}}
+    run = {"q": dict.fromkeys(DOC_IDS, value)}
     assert_agrees(run, {"q": qrels})
 
 

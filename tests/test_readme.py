@@ -204,11 +204,11 @@ def test_readme_commands_run(readme_dir):
             raise AssertionError(f"README shows a command this test does not know how to run: {line!r}")
         ran.append(line)
     # the walk-through really ran (index before run, traces before diff, the plugin's test and commands)
-    assert any(l.startswith("irflow index records.jsonl") for l in ran)
-    assert any("--plugin score_floor" in l for l in ran) and any("test_score_floor.py" in l for l in ran)
-    assert any(l.startswith("irflow demo ") for l in ran) and any(l.startswith("irflow trace diff") for l in ran)
-    assert "irflow -V" in ran and any(l.startswith("python -m irflow ") for l in ran)
-    assert not any("mode=hybrid" in l and l.startswith("irflow run hybrid") for l in ran)  # issue 10, item 11
+    assert any(cmd.startswith("irflow index records.jsonl") for cmd in ran)
+    assert any("--plugin score_floor" in cmd for cmd in ran) and any("test_score_floor.py" in cmd for cmd in ran)
+    assert any(cmd.startswith("irflow demo ") for cmd in ran) and any(cmd.startswith("irflow trace diff") for cmd in ran)
+    assert "irflow -V" in ran and any(cmd.startswith("python -m irflow ") for cmd in ran)
+    assert not any("mode=hybrid" in cmd and cmd.startswith("irflow run hybrid") for cmd in ran)  # issue 10, item 11
 
 
 @pytest.mark.data

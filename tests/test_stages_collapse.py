@@ -117,6 +117,6 @@ def test_collapse_equals_the_seed_semantics(case, per_artifact, k):
     batch, lists = case
     got = run(Collapse(k=k, per_artifact=per_artifact), cands(batch, lists))
     for original in range(batch.n_original):
-        entries = [e for i, l in enumerate(lists) if batch.origin[i] == original for e in l]
+        entries = [e for i, ranked in enumerate(lists) if batch.origin[i] == original for e in ranked]
         rows, scores = got.per_query(original)
         assert list(zip(rows.tolist(), scores.tolist())) == reference(entries, per_artifact, k)

@@ -68,7 +68,7 @@ def test_rrf_by_hand():
     assert got.per_query(0)[1].tolist() == pytest.approx([1 / 62 + 1 / 61, 1 / 61, 1 / 62, 1 / 63])
     # query 1: the lexical channel is empty -> the dense ranking passes through with its cosine scores
     assert got.per_query(1)[1].tolist() == [0.7, 0.6]
-    assert_matches(got, [reference(d, l) for d, l in zip(DENSE, LEXICAL)])
+    assert_matches(got, [reference(d, lex) for d, lex in zip(DENSE, LEXICAL)])
     assert got.scale is Scale.MIXED  # query 1 is on the cosine scale, the others rrf
     assert got.provenance["fuse.passthrough"].tolist() == [False] * 4 + [True] * 2 + [False] * 2
 
@@ -83,7 +83,7 @@ def test_blend_by_hand():
     assert got.per_query(0)[1].tolist() == pytest.approx(sorted(s.values(), reverse=True))
     # query 1: the dense channel is empty -> lexical passes through with its raw BM25 score
     assert got.per_query(1)[1].tolist() == [2.0]
-    assert_matches(got, [reference(d, l, "blend", alpha=0.7, sat_k=4.0) for d, l in zip(dense, lexical)])
+    assert_matches(got, [reference(d, lex, "blend", alpha=0.7, sat_k=4.0) for d, lex in zip(dense, lexical)])
 
 
 def test_rrf_with_an_empty_dense_channel_fuses_the_lexical_ranking():
@@ -227,4 +227,4 @@ def test_fuse_equals_the_seed_semantics(pair, method, rrf_k, alpha):
     batch = QueryBatch.of([f"q{i}" for i in range(len(dense))])
     got = run(Fuse(method=method, rrf_k=rrf_k, alpha=alpha), dense=cands(batch, dense, "cosine", "dense"),
               lexical=cands(batch, lexical, "bm25", "lexical"))
-    assert_matches(got, [reference(d, l, method, rrf_k, alpha) for d, l in zip(dense, lexical)])
+    assert_matches(got, [reference(d, lex, method, rrf_k, alpha) for d, lex in zip(dense, lexical)])

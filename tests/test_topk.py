@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -159,5 +160,5 @@ def test_topk_validation() -> None:
 
 def test_topk_is_frozen() -> None:
     top = TopK.empty(1)
-    with pytest.raises(Exception):
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
         top.n_queries = 2  # type: ignore[misc]

@@ -10,7 +10,6 @@ import time
 import numpy as np
 from rank_bm25 import BM25Okapi
 
-from irflow.store.corpus import build
 from irflow.evaluation.datasets import load_beir
 from irflow.evaluation.evaluate import evaluate
 from irflow.evaluation.metrics import evaluate_run

@@ -76,7 +76,9 @@ def _split_requirements(text: str) -> list[str]:
     a piece that is only a version clause (``<2`` in ``numpy>=1,<2``) names no
     project and is dropped later.
     """
-    pieces, depth, current = [], 0, []
+    pieces: list[str] = []
+    depth = 0
+    current: list[str] = []
     for char in text:
         if char in "[(":
             depth += 1

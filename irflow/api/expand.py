@@ -100,7 +100,7 @@ def expand(corpus: Any, hits: Sequence[SearchHit] | Sequence[Sequence[SearchHit]
     >>> # expand(corpus, irflow.search(corpus, "http client", k=3), window=1, surface_kind="readme_chunk")
     """
     batched = bool(hits) and not isinstance(hits[0], SearchHit) and isinstance(hits[0], (list, tuple))
-    lists: list[Sequence[SearchHit]] = list(hits) if batched else [hits]  # type: ignore[list-item]
+    lists: list[Sequence[SearchHit]] = list(hits) if batched else [hits]  # type: ignore[arg-type, list-item]
     store = resolve_store(corpus)
     corpus_name = getattr(corpus, "name", None) if not isinstance(corpus, (str, bytes)) else store.name
     flat: list[SearchHit] = []

@@ -189,7 +189,7 @@ def index(input_path: Path, out: Path, embedder: str | None, analyzer: str | Non
     records = found.records
     spec = _embedder_option(embedder)
     corpus = build(records, embedder=spec, analyzer=analyzer, path=out, name=name, progress=show)
-    summary = {"path": str(out), "name": corpus.name, "records": len(corpus),
+    summary: dict[str, Any] = {"path": str(out), "name": corpus.name, "records": len(corpus),
                "artifacts": len({r.artifact_id for r in records}), "kinds": list(corpus.kinds),
                "embedder": corpus.embedder_spec, "dim": corpus.dim, "analyzer": corpus.analyzer.name,
                "format": found.format, "skipped_lines": [b.number for b in found.bad]}
@@ -250,7 +250,7 @@ def run(recipe: str, corpus_path: str, queries: tuple[str, ...], settings: dict[
     except ParameterError as error:  # the user's --set, written as they wrote it
         raise UserError(error.message(_set_label)) from None
     per_query = result.hits
-    if trace_path is not None:
+    if trace_path is not None and result.trace is not None:  # traced: trace=True above
         result.trace.dump(trace_path)  # atomic; an OutputError names the file and the fix
         click.echo(f"trace written to {trace_path} ({len(result.trace)} stages, {len(queries)} "
                    f"quer{'y' if len(queries) == 1 else 'ies'})", err=True)
@@ -299,7 +299,7 @@ def validate(recipe: str, as_json: bool) -> None:
         click.echo(f"{source}: {len(problems)} problem{'' if len(problems) == 1 else 's'}")
         for problem in problems:
             click.echo(f"  - {problem}")
-    else:
+    elif loaded is not None:  # no problem: it loaded
         click.echo(f"OK: {source}: recipe {loaded.name!r}, {len(loaded.stages)} stages, output {loaded.output!r}")
     if problems:
         sys.exit(1)

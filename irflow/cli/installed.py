@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import re
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from irflow.api.boosts import normalize_name, requirement_name
 from irflow.store.records import Record
@@ -67,7 +67,7 @@ def _requirement_names(requires: Iterable[str]) -> list[str]:
     return sorted(name for name in names if name)
 
 
-def _licence(meta: md.PackageMetadata) -> str:
+def _licence(meta: Any) -> str:  # an email.message.Message: md.PackageMetadata's stubs have no get()
     value = meta.get("License-Expression") or meta.get("License") or ""
     if len(value) > 80 or "\n" in value:  # a whole licence text pasted into the field
         classifiers = [c.split("::")[-1].strip() for c in meta.get_all("Classifier") or [] if c.startswith("License")]
@@ -78,7 +78,8 @@ def _licence(meta: md.PackageMetadata) -> str:
 def _distributions() -> Iterator[md.Distribution]:
     seen: set[str] = set()
     for dist in md.distributions():
-        name = dist.metadata.get("Name")
+        meta: Any = dist.metadata  # an email.message.Message (the protocol's stubs have no get())
+        name = meta.get("Name")
         if not name or normalize_name(name) in seen:
             continue  # the same project on two sys.path entries: keep the first, as import does
         seen.add(normalize_name(name))
@@ -100,7 +101,7 @@ def distribution_records(*, max_chunks: int = 12, chunk_chars: int = 800) -> lis
     """
     records: list[Record] = []
     for dist in sorted(_distributions(), key=lambda d: normalize_name(d.metadata["Name"])):
-        meta = dist.metadata
+        meta: Any = dist.metadata  # an email.message.Message (the protocol's stubs have no get())
         name = meta["Name"]
         artifact = normalize_name(name)
         # Requirements behind an ``extra == ...`` marker are optional: a package
@@ -124,7 +125,7 @@ def distribution_records(*, max_chunks: int = 12, chunk_chars: int = 800) -> lis
         summary = (meta.get("Summary") or "").strip()
         if summary and summary.upper() != "UNKNOWN":
             surfaces.append(("summary", summary))
-        description = meta.get_payload() if hasattr(meta, "get_payload") else None  # type: ignore[attr-defined]
+        description = meta.get_payload() if hasattr(meta, "get_payload") else None
         description = description or meta.get("Description") or ""
         for chunk in split_chunks(description, chunk_chars)[:max_chunks]:
             surfaces.append(("readme_chunk", chunk))

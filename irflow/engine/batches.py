@@ -106,6 +106,30 @@ def frozen_array(value: Any, dtype: Any) -> np.ndarray:
     return array
 
 
+def _frozen_gather(column: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """``column[index]``: a new array (fancy indexing copies), made read-only in place."""
+    gathered: np.ndarray = column[index]
+    gathered.flags.writeable = False
+    return gathered
+
+
+# the column converters of QueryBatch and Candidates (named functions: attrs and type checkers read them)
+def _int32_column(value: Any) -> np.ndarray:
+    return frozen_array(value, np.int32)
+
+
+def _int64_column(value: Any) -> np.ndarray:
+    return frozen_array(value, np.int64)
+
+
+def _float64_column(value: Any) -> np.ndarray:
+    return frozen_array(value, np.float64)
+
+
+def _texts_of(instance: "QueryBatch") -> tuple[str, ...]:
+    return instance.texts
+
+
 def _texts(value: Iterable[str]) -> tuple[str, ...]:
     """The texts of a query batch: a list, tuple or other ordered iterable of strings (ArgumentError otherwise)."""
     if isinstance(value, str):
@@ -152,10 +176,10 @@ class QueryBatch:
     texts: tuple[str, ...] = attrs.field(converter=_texts)
     origin: np.ndarray = attrs.field(
         default=attrs.Factory(_identity_origin, takes_self=True),
-        converter=lambda v: frozen_array(v, np.int32),
+        converter=_int32_column,
     )
     originals: tuple[str, ...] = attrs.field(
-        default=attrs.Factory(lambda self: self.texts, takes_self=True), converter=_texts
+        default=attrs.Factory(_texts_of, takes_self=True), converter=_texts
     )
 
     def __attrs_post_init__(self) -> None:
@@ -224,6 +248,9 @@ def _provenance(value: Mapping[str, Any] | None) -> Mapping[str, np.ndarray]:
     for name, column in value.items():
         if not isinstance(name, str) or not name:
             raise TypeError(f"provenance column names must be non-empty strings, got {name!r}")
+        if type(column) is np.ndarray and column.ndim == 1 and not column.flags.writeable:
+            columns[name] = column  # already a frozen column (carried on from an input): as frozen_array would
+            continue
         array = np.asarray(column)
         columns[name] = frozen_array(array, array.dtype)
     return MappingProxyType(columns)
@@ -267,9 +294,9 @@ class Candidates:
     """
 
     queries: QueryBatch = attrs.field(validator=attrs.validators.instance_of(QueryBatch))
-    query_index: np.ndarray = attrs.field(converter=lambda v: frozen_array(v, np.int32))
-    row: np.ndarray = attrs.field(converter=lambda v: frozen_array(v, np.int64))
-    score: np.ndarray = attrs.field(converter=lambda v: frozen_array(v, np.float64))
+    query_index: np.ndarray = attrs.field(converter=_int32_column)
+    row: np.ndarray = attrs.field(converter=_int64_column)
+    score: np.ndarray = attrs.field(converter=_float64_column)
     scale: Scale = attrs.field(converter=Scale)
     provenance: Mapping[str, np.ndarray] = attrs.field(default=None, converter=_provenance)
     active: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
@@ -296,10 +323,18 @@ class Candidates:
                 raise ValueError(f"provenance column {name!r} has shape {column.shape}; expected ({m},)")
         if not self.active and m:
             raise ValueError("an inactive Candidates batch must be empty")
+        self._set_ranks()
+
+    def _set_ranks(self) -> None:
+        """``offsets`` and ``rank`` from the (grouped) ``query_index``."""
+        n, m = len(self.queries), self.query_index.size
         offsets = np.searchsorted(self.query_index, np.arange(n + 1), side="left").astype(np.int64)
-        rank = np.arange(1, m + 1, dtype=np.int64) - offsets[self.query_index]
-        object.__setattr__(self, "offsets", frozen_array(offsets, np.int64))
-        object.__setattr__(self, "rank", frozen_array(rank, np.int32))
+        rank = (np.arange(1, m + 1, dtype=np.int64) - offsets[self.query_index]).astype(np.int32)
+        # both are new arrays of their final dtype: frozen in place
+        offsets.flags.writeable = False
+        rank.flags.writeable = False
+        object.__setattr__(self, "offsets", offsets)
+        object.__setattr__(self, "rank", rank)
 
     # -- construction --------------------------------------------------------
 
@@ -361,7 +396,8 @@ class Candidates:
     @property
     def origin_index(self) -> np.ndarray:
         """The original query of each candidate (``queries.origin[query_index]``)."""
-        return self.queries.origin[self.query_index]
+        origin: np.ndarray = self.queries.origin[self.query_index]
+        return origin
 
     def query_slice(self, i: int) -> slice:
         """The positions of query ``i``'s candidates."""
@@ -388,12 +424,31 @@ class Candidates:
             {name: column[index] for name, column in self.provenance.items()}, self.active,
         )
 
+    def _take_grouped(self, index: np.ndarray) -> "Candidates":
+        """:meth:`take` for an int64 ``index`` that keeps the queries grouped by construction.
+
+        For :meth:`select` (positions in order) and :meth:`sorted_by_score`
+        (a sort whose first key is the query): every column is a subset of
+        columns already checked, gathered into a new array that is frozen in
+        place, so only the ranks need computing — not the checks and
+        conversions of a batch built from outside.
+        """
+        new = object.__new__(Candidates)
+        provenance = {name: _frozen_gather(column, index) for name, column in self.provenance.items()}
+        for name, value in (("queries", self.queries), ("query_index", _frozen_gather(self.query_index, index)),
+                            ("row", _frozen_gather(self.row, index)), ("score", _frozen_gather(self.score, index)),
+                            ("scale", self.scale), ("provenance", MappingProxyType(provenance)),
+                            ("active", self.active)):
+            object.__setattr__(new, name, value)
+        new._set_ranks()
+        return new
+
     def select(self, keep: Any) -> "Candidates":
         """The candidates where the boolean array ``keep`` is True, order kept."""
         keep = np.asarray(keep, dtype=bool)
         if keep.shape != self.row.shape:
             raise ValueError(f"keep has shape {keep.shape}; expected {self.row.shape}")
-        return self.take(np.flatnonzero(keep))
+        return self._take_grouped(np.flatnonzero(keep))
 
     def sorted_by_score(self, stable: bool = True) -> "Candidates":
         """Each query's candidates best score first; equal scores by corpus row, lowest first.
@@ -403,7 +458,7 @@ class Candidates:
         twice keeps its order); the argument is kept for compatibility.
         """
         del stable  # lexsort is stable; there is no faster unstable path worth having
-        return self.take(np.lexsort((self.row, -self.score, self.query_index)))
+        return self._take_grouped(np.lexsort((self.row, -self.score, self.query_index)))
 
     def cut(self, k: int) -> "Candidates":
         """The first ``k`` candidates of each query."""
@@ -446,7 +501,8 @@ class Candidates:
     def column(self, name: str) -> np.ndarray:
         """A provenance column, or a core column (``row``, ``score``, ``rank``, ``query_index``)."""
         if name in ("row", "score", "rank", "query_index"):
-            return getattr(self, name)
+            core: np.ndarray = getattr(self, name)
+            return core
         try:
             return self.provenance[name]
         except KeyError:

@@ -7,7 +7,7 @@ record listed twice (several sub-queries) counts once, at its best rank.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import attrs
 
@@ -20,8 +20,12 @@ __all__ = ["Change", "Diff", "diff_rankings"]
 class _Ranked(Protocol):
     """A stage of a trace, as a diff reads it (:class:`irflow.engine.trace.StageView`)."""
 
-    label: str
-    scale: str | None
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def scale(self) -> str | None: ...
+
     trace: Any
 
     def ranking(self, query: int = 0) -> list[dict[str, Any]]: ...
@@ -102,7 +106,7 @@ class Diff:
                 continue
             shown = changes if limit is None else changes[:limit]
             both = title in ("moved", "rescored")
-            rows = [[c.old_rank, c.new_rank, c.moved_by if title == "moved" else None, c.old_score, c.new_score]
+            rows: list[list[Any]] = [[c.old_rank, c.new_rank, c.moved_by if title == "moved" else None, c.old_score, c.new_score]
                     + ([_score_change(c) if both else None] if delta else [])
                     + [c.artifact_id, c.surface_kind, c.record_id] for c in shown]
             headers = (["old rank", "new rank", "moved", "old score", "new score"]
@@ -142,7 +146,7 @@ def diff_rankings(before: _Ranked, after: _Ranked, query: int = 0) -> Diff:
                          f"vs {after.trace.queries.originals[query]!r}); compare the same query")
 
     def change(o: dict[str, Any] | None, n: dict[str, Any] | None) -> Change:
-        src: dict[str, Any] = n if n is not None else o  # type: ignore[assignment]  (one side is present)
+        src: dict[str, Any] = n if n is not None else o  # type: ignore[assignment]  # one side is present
         return Change(src["record_id"], src["artifact_id"], src["surface_kind"],
                       None if o is None else o["rank"], None if n is None else n["rank"],
                       None if o is None else o["score"], None if n is None else n["score"])
@@ -155,8 +159,8 @@ def diff_rankings(before: _Ranked, after: _Ranked, query: int = 0) -> Diff:
     unchanged = [c for c in both if c.old_rank == c.new_rank and c.old_score == c.new_score]
 
     def by_new(changes: list[Change]) -> tuple[Change, ...]:
-        return tuple(sorted(changes, key=lambda c: c.new_rank))
+        return tuple(sorted(changes, key=lambda c: cast(int, c.new_rank)))  # present on these sides
 
     return Diff(before.label, after.label, before.trace.queries.originals[query] if before.trace.queries else None,
-                query, by_new(entered), tuple(sorted(left, key=lambda c: c.old_rank)), by_new(moved),
+                query, by_new(entered), tuple(sorted(left, key=lambda c: cast(int, c.old_rank))), by_new(moved),
                 by_new(unchanged), by_new(rescored), before.scale, after.scale)

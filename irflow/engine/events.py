@@ -65,7 +65,7 @@ class StageEvent:
     status: str = "ran"
 
 
-class TraceRecorder(list):
+class TraceRecorder(list[StageEvent]):
     """The events of a traced run, in execution order (a plain list of StageEvent).
 
     Carries the run's context as attributes: ``recipe`` (the Recipe),

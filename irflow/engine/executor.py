@@ -36,7 +36,7 @@ import numpy as np
 from irflow.engine.batches import Candidates, QueryBatch, frozen_array
 from irflow.engine.events import INACTIVE, StageEvent, TraceRecorder, is_inactive
 from irflow.engine.model import QUERY_NODE, RecipeSpec
-from irflow.engine.params import resolve_params
+from irflow.engine.params import resolve_params_keyed
 from irflow.engine.pipeline import Pipeline
 from irflow.engine.ports import CANDIDATES, HITS, MASK, QUERIES, QUERY, PortType
 from irflow.engine.result import Result
@@ -234,7 +234,7 @@ class _Run:
         pipeline = Pipeline.of(recipe)
         for name, value in params.items():  # freezing and hashing parameters recurse: bound the depth first
             check_nesting(value, f"recipe {recipe.name!r}: parameter {name!r}")
-        values = resolve_params(recipe, params)
+        values, values_key = resolve_params_keyed(recipe, params)
         batch, single = _batch(query_or_queries)
         check_corpus(corpus, f"recipe {recipe.name!r}")
         injected = _check_overrides(pipeline, overrides, batch, corpus)
@@ -243,7 +243,7 @@ class _Run:
             raise RecipeError(f"{recipe.source}: output {target!r} is not a stage of recipe {recipe.name!r}; "
                               f"stages: {', '.join(pipeline.order)}", source=recipe.source)
         needed = pipeline.needed(target, injected)
-        stages = pipeline.instances(values, [name for name in needed if name not in injected])
+        stages = pipeline.instances(values, [name for name in needed if name not in injected], values_key=values_key)
         recorder = TraceRecorder(recipe, batch, values, corpus) if trace else None
         keys = None
         corpus_key = None
@@ -342,12 +342,11 @@ class _Run:
 
 
 def _run_stage(stage: Any, ctx: Any, kwargs: Mapping[str, Any], name: str, corpus: Any) -> Any:
-    where = f"while running stage {name!r} ({stage.kind})"
     try:
         output = stage.run(ctx, **kwargs)
     except Exception as error:  # keep the type (callers catch ValueError, EmbedderError...), say where
         if hasattr(error, "add_note"):  # Python >= 3.11
-            error.add_note(where)
+            error.add_note(f"while running stage {name!r} ({stage.kind})")
         raise
     why = _check_output(output, type(stage).output, corpus)
     if why is not None:

@@ -242,12 +242,17 @@ def _fuse_inputs(ports: Mapping[str, Sequence[str]] | None, columns: Sequence[st
 # from a trace
 
 
+def _query_text(trace: "Trace", query: int) -> str:
+    """The original text of ``query`` (a checked index: a trace with queries)."""
+    return trace.queries.originals[query] if trace.queries is not None else ""
+
+
 def _trace_target(trace: "Trace", key: str, query: int) -> int:
     """The row to explain for ``key`` (record id, else artifact id) in ``query``."""
     rows, is_record = trace.find_rows(key)
     if rows.size == 0:
         raise NotInTrace(f"{key!r} is neither a record id nor an artifact id of a candidate in this trace "
-                         f"(query {query}: {trace.queries.originals[query]!r})")
+                         f"(query {query}: {_query_text(trace, query)!r})")
     if is_record or rows.size == 1:
         return int(rows[0])
     # an artifact: the surface that went furthest — the latest stage holding one, best rank there
@@ -331,7 +336,7 @@ def explain_trace(trace: "Trace", record: Any, *, query: int = 0, output_stage: 
     last = output_stage or (trace.stages[-1] if len(trace) else "")
     final = next((s for s in steps if s.stage == last), None)
     (record_ids, artifacts, kinds) = trace.identify(np.array([row]))
-    notes = ()
+    notes: tuple[str, ...] = ()
     if final is not None and not final.present:
         # where it left: the first stage after the last one that held it (a parallel channel that never
         # found it, like lexical beside dense, is not where it left)
@@ -339,7 +344,7 @@ def explain_trace(trace: "Trace", record: Any, *, query: int = 0, output_stage: 
         after = steps[held[-1] + 1:] if held else steps
         left = next((s.stage for s in after if s.present is False), None)
         notes = (f"not in the output: it left at stage {left!r}" if left else "not in the output",)
-    return Explanation(trace.queries.originals[query], query, record_ids[0], artifacts[0], kinds[0],
+    return Explanation(_query_text(trace, query), query, record_ids[0], artifacts[0], kinds[0],
                        final.rank if final else None, final.score if final else None, final.scale if final else None,
                        last, True, steps, notes)
 
@@ -434,6 +439,9 @@ def _from_provenance(result: "Result", output: Candidates, query: int, index: in
         inputs = _fuse_inputs(None, columns, stage) if kind == "fuse" else []
         details = _details(output, index, stage, kind, inputs)
         values = {d.column: d.value for d in details}
+        rank: int | None
+        score: float | None
+        present: bool | None
         if stage == result.output_name:
             rank, score, present = int(output.rank[index]), float(output.score[index]), True
         else:

@@ -64,7 +64,7 @@ class _RecipeLoader(yaml.SafeLoader):
     _depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()
+        event = self.peek_event()  # type: ignore[no-untyped-call]  # unannotated in PyYAML's stubs
         line = event.start_mark.line + 1 if event.start_mark is not None else "?"
         where = f"{self.recipe_source} line {line}"
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
@@ -183,12 +183,12 @@ class _Dumper(yaml.SafeDumper):
     """A SafeDumper writing tables as blocks and lists of scalars inline (``inputs: [a, b]``)."""
 
 
-def _represent_list(dumper: yaml.SafeDumper, data: list) -> Any:
+def _represent_list(dumper: yaml.SafeDumper, data: list[Any]) -> Any:
     flow = all(not isinstance(v, (dict, list)) for v in data)
     return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
 
 
-def _represent_dict(dumper: yaml.SafeDumper, data: dict) -> Any:
+def _represent_dict(dumper: yaml.SafeDumper, data: dict[str, Any]) -> Any:
     return dumper.represent_mapping("tag:yaml.org,2002:map", data.items(), flow_style=False)
 
 

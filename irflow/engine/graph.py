@@ -41,16 +41,16 @@ def bind_inputs(spec: StageSpec, ports: tuple[Port, ...]) -> tuple[dict[str, tup
     if isinstance(spec.inputs, Mapping):
         for port_name, value in spec.inputs.items():
             port = by_name.get(port_name)
-            names = value if isinstance(value, tuple) else (value,)
+            given = value if isinstance(value, tuple) else (value,)
             if port is None:
                 problems.append(f"has no input port {port_name!r}{did_you_mean(port_name, by_name)}; "
                                 f"its ports: {_ports_listing(ports)}")
                 continue
-            if not port.variadic and len(names) != 1:
-                problems.append(f"input port {port.describe()} takes exactly one stage, got {list(names)}; "
+            if not port.variadic and len(given) != 1:
+                problems.append(f"input port {port.describe()} takes exactly one stage, got {list(given)}; "
                                 f"write inputs = {{ {port.name} = \"<stage>\" }}")
                 continue
-            bound[port_name] = tuple(names)
+            bound[port_name] = tuple(given)
     else:
         names = list(spec.inputs)
         order = [p for p in ports if not p.is_query] + [p for p in ports if p.is_query]

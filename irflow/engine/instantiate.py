@@ -51,7 +51,7 @@ def instantiate(cls: type[Any], values: Mapping[str, Any], via: Mapping[str, str
         return None, [f"{label}: invalid parameters {dict(values)!r}: {error}"]
 
 
-def field_problem(field: "attrs.Attribute", value: Any) -> str | None:
+def field_problem(field: "attrs.Attribute[Any]", value: Any) -> str | None:
     """What is wrong with ``value`` for one attrs field (its converter and validator alone), or None."""
     try:
         converted = value

@@ -5,12 +5,20 @@ advertised under the entry-point group ``"irflow.stages"`` load lazily, once,
 at the first lookup; an application can also call :func:`register_stage`
 directly.  Registration checks the class (an attrs class, typed ports, a
 ``run``), so a broken kind fails where it is declared, not in a recipe.
+
+A kind declares its input ports once, in ``inputs``; ``run()`` takes them as
+keyword parameters of the same names (the executor calls
+``run(ctx, **{port: value})``).  Registration cross-checks the two, so a port
+``run()`` cannot take, or a ``run()`` parameter no port fills, is a
+:class:`~irflow.errors.StagePortError` naming the kind, both lists and the
+signature that fits — not a ``TypeError`` in the middle of a recipe run.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import inspect
 import importlib.util
 import re
 import sys
@@ -25,8 +33,10 @@ import attrs
 
 from irflow.engine.ports import Port, PortType
 from irflow.engine.stage import RESERVED_SPEC_KEYS, Stage
+from irflow.errors import StagePortError
 
 __all__ = [
+    "StagePortError",
     "ENTRY_POINT_GROUP",
     "register_stage",
     "unregister_stage",
@@ -152,7 +162,7 @@ def register_stage(cls: type[Stage] | None = None, *, kind: str | None = None,
     >>> unregister_stage("noop_doc")
     """
     def decorate(stage_cls: type[Stage]) -> type[Stage]:
-        name = kind or getattr(stage_cls, "kind", "")
+        name: str = kind if kind else getattr(stage_cls, "kind", "")
         _check_stage_class(stage_cls, name)
         with _LOCK:
             if _STATE["builtins"] == "todo":
@@ -198,6 +208,81 @@ def _check_stage_class(cls: Any, kind: str) -> None:
                          f"{', '.join(RESERVED_SPEC_KEYS)} are reserved recipe keys")
     if cls.run is Stage.run:
         raise TypeError(f"{cls.__qualname__} must implement run(self, ctx, **inputs)")
+    _check_run_takes_the_ports(cls, kind, ports)
+
+
+def _check_run_takes_the_ports(cls: type[Stage], kind: str, ports: tuple[Port, ...]) -> None:
+    """Refuse a kind whose ``run()`` could not be called with its declared ports (a ``StagePortError``)."""
+    problems = run_port_problems(cls.run, ports, bound="run" in _plain_methods(cls))
+    if not problems:
+        return
+    try:
+        shown = str(inspect.signature(cls.run))
+    except (TypeError, ValueError):
+        shown = "(?)"
+    declared = ", ".join(p.describe() for p in ports) or "(none)"
+    fit = ", ".join(["self", "ctx", *(p.name if p.required or p.is_query else f"{p.name}=None" for p in ports)])
+    raise StagePortError(
+        f"stage kind {kind!r} ({cls.__module__}.{cls.__qualname__}): run() does not match its declared input "
+        f"ports: {'; '.join(problems)}. Declared ports (inputs): {declared}; run{shown}. The engine calls "
+        f"run(ctx, **{{port: value}}): name run()'s parameters after the ports, def run({fit}), "
+        "or declare the ports run() takes in `inputs`")
+
+
+def _plain_methods(cls: type) -> set[str]:
+    """Names whose class attribute is a plain function (``cls.run`` then still expects ``self``)."""
+    return {name for name in ("run",) if inspect.isfunction(inspect.getattr_static(cls, name))}
+
+
+def run_port_problems(run: Any, ports: tuple[Port, ...], *, bound: bool = True) -> list[str]:
+    """What keeps ``run(ctx, **{port: value})`` from taking exactly the declared ``ports``.
+
+    ``bound``: ``run`` is a plain function that still expects ``self`` first.
+    Every port must be a keyword parameter of ``run()`` (or land in its
+    ``**kwargs``); a port that may be left unwired (``required=False``, not a
+    query port) needs a default, since the engine then passes nothing; and
+    every named parameter after the context must be a port, or the engine
+    would never fill it.
+
+    >>> from irflow.engine.ports import CANDIDATES, MASK
+    >>> run_port_problems(lambda self, ctx, candidates: None, (Port("candidates", CANDIDATES),))
+    []
+    >>> run_port_problems(lambda self, ctx, candidate: None, (Port("candidates", CANDIDATES),))
+    ["port 'candidates' is not a parameter of run()", "run() parameter 'candidate' is no declared port"]
+    """
+    try:
+        parameters = list(inspect.signature(run).parameters.values())
+    except (TypeError, ValueError):  # a builtin or C callable: nothing to read, nothing to check
+        return []
+    if bound and parameters and parameters[0].kind in (inspect.Parameter.POSITIONAL_ONLY,
+                                                      inspect.Parameter.POSITIONAL_OR_KEYWORD):
+        parameters = parameters[1:]
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                  inspect.Parameter.VAR_POSITIONAL)
+    if not parameters or parameters[0].kind not in positional:
+        return ["run() must take the stage context as its first positional parameter (after self)"]
+    context, rest = parameters[0], parameters[1:]
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in rest)
+    by_keyword = {p.name: p for p in rest
+                  if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+    problems: list[str] = []
+    for port in ports:
+        param = by_keyword.get(port.name)
+        if context.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and port.name == context.name:
+            problems.append(f"port {port.name!r} has the name of run()'s context parameter; rename one of them")
+        elif param is None and not takes_any:
+            problems.append(f"port {port.name!r} is not a parameter of run()")
+        elif (param is not None and param.default is inspect.Parameter.empty
+              and not port.required and not port.is_query):
+            problems.append(f"port {port.name!r} is optional (required=False) but run()'s parameter "
+                            f"{port.name!r} has no default; give it one (e.g. {port.name}=None)")
+    names = {p.name for p in ports}
+    for param in rest:
+        if param.kind is inspect.Parameter.POSITIONAL_ONLY:
+            problems.append(f"run() parameter {param.name!r} is positional-only; ports are passed by keyword")
+        elif param.name in by_keyword and param.name not in names:
+            problems.append(f"run() parameter {param.name!r} is no declared port")
+    return problems
 
 
 def stage_kinds() -> tuple[str, ...]:

@@ -48,6 +48,7 @@ RESERVED_PARAM_NAMES: tuple[str, ...] = ("corpus", "query_or_queries", "trace", 
 
 #: An edited copy is of the class of the original (a Recipe stays a Recipe).
 _Spec = TypeVar("_Spec", bound="RecipeSpec")
+_Made = TypeVar("_Made")
 
 _REF = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)\Z")
 
@@ -221,14 +222,16 @@ def _inputs(value: Any) -> Any:
 
 def _stage_params(value: Any) -> FrozenMap:
     # a stage parameter set to None is the same as leaving it out (the stage default applies)
-    return freeze({k: v for k, v in dict(value or {}).items() if v is not None})
+    frozen: FrozenMap = freeze({k: v for k, v in dict(value or {}).items() if v is not None})
+    return frozen
 
 
 def _when(value: Any) -> FrozenMap:
     out = {}
     for key, allowed in dict(value or {}).items():
         out[key] = tuple(allowed) if isinstance(allowed, (list, tuple)) else (allowed,)
-    return freeze(out)
+    frozen: FrozenMap = freeze(out)
+    return frozen
 
 
 @attrs.frozen
@@ -286,8 +289,17 @@ def _specs(value: Any) -> FrozenMap:
     return FrozenMap((spec.name, spec) for spec in value or ())
 
 
+def _problems(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+def _flags(value: Iterable[tuple[str, str]]) -> frozenset[tuple[str, str]]:
+    return frozenset(value)
+
+
 def _choices(value: Any) -> FrozenMap:
-    return freeze({k: tuple(v) for k, v in dict(value or {}).items()})
+    frozen: FrozenMap = freeze({k: tuple(v) for k, v in dict(value or {}).items()})
+    return frozen
 
 
 @attrs.frozen
@@ -308,13 +320,13 @@ class RecipeSpec:
     derived: FrozenMap = attrs.field(factory=FrozenMap, converter=_specs)
     choices: FrozenMap = attrs.field(factory=FrozenMap, converter=_choices)
     source: str = attrs.field(default="<python>", eq=False)
-    parse_problems: tuple[str, ...] = attrs.field(default=(), eq=False, repr=False, converter=tuple)
+    parse_problems: tuple[str, ...] = attrs.field(default=(), eq=False, repr=False, converter=_problems)
     # (stage, field) pairs already reported while parsing, so validation adds no follow-on noise
     parse_flags: frozenset[tuple[str, str]] = attrs.field(default=frozenset(), eq=False, repr=False,
-                                                          converter=frozenset)
+                                                          converter=_flags)
     _memo: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False, init=False)
 
-    def memo(self, key: str, make: Callable[[], Any]) -> Any:
+    def memo(self, key: str, make: Callable[[], _Made]) -> _Made:
         """``make()``, computed once per recipe object and kept under ``key`` (the pipeline, parameter readers).
 
         A recipe is immutable, so what is derived from it alone never goes stale;
@@ -322,7 +334,8 @@ class RecipeSpec:
         """
         if key not in self._memo:
             self._memo[key] = make()
-        return self._memo[key]
+        made: _Made = self._memo[key]
+        return made
 
     # -- dumping -------------------------------------------------------------
 

@@ -8,7 +8,7 @@ a value that works (an unknown name with the closest one, a value outside
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -19,12 +19,17 @@ from irflow.engine.model import DERIVED_RULES, RecipeSpec, param_ref, thaw
 from irflow.engine.stage import stage_params
 from irflow.engine.validators import closest, did_you_mean, listing
 from irflow.errors import ParameterError, RecipeError
+from irflow.util.cachekey import UnkeyableError, cache_key
 
-__all__ = ["resolve_params", "run_argument_problems"]
+__all__ = ["resolve_params", "resolve_params_keyed", "run_argument_problems"]
 
 
 def _among(value: Any, allowed: Sequence[Any]) -> bool:
     return any(value == a and isinstance(value, bool) == isinstance(a, bool) for a in allowed)
+
+
+#: Resolved parameter sets kept per recipe object (a sweep's worth), keyed type-exactly by the arguments.
+RESOLVED_CACHE_SIZE = 64
 
 
 def resolve_params(recipe: RecipeSpec, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -35,8 +40,44 @@ def resolve_params(recipe: RecipeSpec, overrides: Mapping[str, Any] | None = Non
     unknown name (with the recipe's parameters and the closest one), a
     value outside ``[choices]``, or a value a stage or derived rule
     reading it refuses (with what it takes and a value that works).
+
+    Checking and deriving cost a few hundred µs, a fixed cost of every
+    ``search()``: a valid set of arguments is resolved once per recipe
+    object and type-exact key (``rrf_k=True`` never reuses ``rrf_k=1``'s
+    result); arguments with no key (callables held by identity aside) are
+    resolved every time.  A hit returns a new dict holding the caller's
+    own objects, never the ones of an earlier call.
+    """
+    return resolve_params_keyed(recipe, overrides)[0]
+
+
+def resolve_params_keyed(recipe: RecipeSpec,
+                         overrides: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], Hashable | None]:
+    """:func:`resolve_params` and the type-exact key of the arguments the values follow from (None: unkeyable).
+
+    Equal keys mean equal arguments of the same types, hence equal values:
+    the executor keys the stage objects by this key alone (no key over
+    every value of every run).
     """
     overrides = dict(overrides or {})
+    try:
+        key: Hashable | None = cache_key(overrides)
+    except UnkeyableError:
+        key = None
+    memo: dict[Any, dict[str, Any]] = recipe.memo("resolved params", dict)
+    if key is not None and key in memo:
+        # derived values are recomputed only when a given value changes them (they are ints of
+        # the rules in DERIVED_RULES); the given values are this call's objects
+        return {**memo[key], **{n: v for n, v in overrides.items() if n not in recipe.derived}}, key
+    values = _resolve_params(recipe, overrides)
+    if key is not None:
+        if len(memo) >= RESOLVED_CACHE_SIZE:
+            memo.pop(next(iter(memo)))
+        memo[key] = dict(values)
+    return values, key
+
+
+def _resolve_params(recipe: RecipeSpec, overrides: dict[str, Any]) -> dict[str, Any]:
     names = list(dict.fromkeys([*recipe.params, *recipe.derived]))
     bad: list[tuple[Any, ...]] = []
     for name, value in overrides.items():
@@ -73,13 +114,13 @@ def resolve_params(recipe: RecipeSpec, overrides: Mapping[str, Any] | None = Non
     return values
 
 
-def _readers(recipe: RecipeSpec) -> dict[str, list[tuple[str, "attrs.Attribute", Any]]]:
+def _readers(recipe: RecipeSpec) -> dict[str, list[tuple[str, "attrs.Attribute[Any]", Any]]]:
     """Per recipe parameter, who reads it: (who, attrs field, ParamInfo or None); built once per recipe."""
     return recipe.memo("readers", lambda: _find_readers(recipe))
 
 
-def _find_readers(recipe: RecipeSpec) -> dict[str, list[tuple[str, "attrs.Attribute", Any]]]:
-    found: dict[str, list[tuple[str, attrs.Attribute, Any]]] = {}
+def _find_readers(recipe: RecipeSpec) -> dict[str, list[tuple[str, "attrs.Attribute[Any]", Any]]]:
+    found: dict[str, list[tuple[str, attrs.Attribute[Any], Any]]] = {}
     for stage_name, spec in recipe.stages.items():
         cls = get_stage_class(spec.kind)
         if cls is None:

@@ -10,7 +10,7 @@ parameter values make (validated, cached per values).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -44,6 +44,7 @@ class Pipeline:
     bindings: Mapping[str, Mapping[str, tuple[str, ...]]]
     order: tuple[str, ...]
     _instances: dict[Any, Any] = attrs.field(factory=dict, init=False, repr=False)
+    _needed: dict[Any, tuple[str, ...]] = attrs.field(factory=dict, init=False, repr=False)
 
     @classmethod
     def of(cls, recipe: RecipeSpec) -> "Pipeline":
@@ -80,8 +81,17 @@ class Pipeline:
         (the executor takes their output from the override).
         """
         output = output or self.recipe.output
+        stop = frozenset(overrides)
+        found = self._needed.get((output, stop))  # the graph is fixed: once per output and overrides
+        if found is None:
+            found = self._walk_up(output, stop)
+            if len(self._needed) >= 64:
+                self._needed.pop(next(iter(self._needed)), None)
+            self._needed[(output, stop)] = found
+        return found
+
+    def _walk_up(self, output: str, stop: frozenset[str]) -> tuple[str, ...]:
         self._known(output)
-        stop = set(overrides)
         seen = {output}
         stack = [output]
         while stack:
@@ -100,23 +110,31 @@ class Pipeline:
                            f"{did_you_mean(stage, self.classes)}; stages: {', '.join(self.order)}")
 
     def spec(self, stage: str) -> StageSpec:
-        return self.recipe.stages[stage]
+        spec: StageSpec = self.recipe.stages[stage]
+        return spec
 
-    def instances(self, values: Mapping[str, Any], stages: Iterable[str]) -> dict[str, Stage]:
+    def instances(self, values: Mapping[str, Any], stages: Iterable[str], *,
+                  values_key: Hashable | None = None) -> dict[str, Stage]:
         """Stage objects for these recipe-parameter values (validated; cached per values).
 
         Raises one RecipeError naming every stage whose resolved parameters
-        are invalid (e.g. ``run(..., k="ten")``).
+        are invalid (e.g. ``run(..., k="ten")``).  ``values_key``: a
+        type-exact key of the run's arguments that ``values`` were resolved
+        from (:func:`irflow.engine.params.resolve_params_keyed`), which then
+        keys the cache instead of the values themselves (cheaper: a run's
+        arguments are few).
         """
         stages = tuple(stages)
         # Type-exact: with an equality key, rrf_k=True would reuse the instances validated for rrf_k=1
         # and {"n": True} the filter of {"n": 1}; a hit stands for the very same values, validated before.
         try:
-            key: Any = (stages, cache_key(dict(values)))
+            key: Any = ((stages, "arguments", values_key) if values_key is not None
+                        else (stages, "values", cache_key(dict(values))))
         except UnkeyableError:
             key = None
         if key is not None and key in self._instances:
-            return self._instances[key]
+            cached: dict[str, Stage] = self._instances[key]
+            return cached
         made = _resolved_instances(self, values, stages)
         if key is not None:
             if len(self._instances) >= 64:  # a sweep's worth; drop the oldest

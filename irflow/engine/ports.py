@@ -77,7 +77,7 @@ def fitting_sources(destination: PortType) -> tuple[PortType, ...]:
     return (destination, *_WIDENING.get(destination, ()))
 
 
-def _check_type(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _check_type(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, PortType):
         raise TypeError(f"{attribute.name} must be a PortType (e.g. irflow.engine.ports.CANDIDATES), got {value!r}")
 

@@ -97,14 +97,17 @@ class Stage:
     :class:`~irflow.engine.ports.PortType`); their attrs fields are their
     parameters.  ``run`` receives the inputs as keyword arguments named after
     the ports (a variadic port receives ``{upstream stage name: value}``) and
-    must not mutate them.
+    must not mutate them; registration checks that it takes exactly those
+    (:func:`irflow.engine.kinds.run_port_problems`).
     """
 
     kind: ClassVar[str] = ""
     inputs: ClassVar[tuple[Port, ...]] = ()
     output: ClassVar[PortType] = CANDIDATES
 
-    def run(self, ctx: StageContext, **inputs: Any) -> Any:
+    # ``*args: Any, **inputs: Any``: type checkers accept any subclass signature (each kind names its
+    # ports as parameters; registration checks them against ``inputs``)
+    def run(self, ctx: StageContext, *args: Any, **inputs: Any) -> Any:
         """Compute this stage's output for the whole query batch."""
         raise NotImplementedError(f"stage kind {self.kind!r} does not implement run()")
 
@@ -150,7 +153,7 @@ def param(default: Any = attrs.NOTHING, *, validator: Any = None, converter: Any
         validators.append(one_of(*choices))
     if validator is not None:
         validators.append(validator)
-    metadata = {"doc": doc}
+    metadata: dict[str, Any] = {"doc": doc}
     if choices is not None:
         metadata["choices"] = tuple(choices)
     return attrs.field(default=default, validator=validators or None, converter=converter, metadata=metadata)

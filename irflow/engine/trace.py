@@ -181,7 +181,7 @@ class Trace(TraceRecorder):
         recipe = self.recipe
         return {"type": "header", "format": FORMAT, "format_version": FORMAT_VERSION,
                 "recipe": self.recipe_name, "recipe_source": getattr(recipe, "source", None),
-                "recipe_dict": jsonable(recipe.to_dict()) if hasattr(recipe, "to_dict") else None,
+                "recipe_dict": jsonable(recipe.to_dict()) if recipe is not None and hasattr(recipe, "to_dict") else None,
                 "params": jsonable(self.params),
                 "queries": list(self.queries.originals) if self.queries is not None else [],
                 "corpus": self.corpus_name, "n_rows": self.n_rows,
@@ -255,7 +255,7 @@ class Trace(TraceRecorder):
         """
         query = self.check_query(query)
         head = (f"trace of recipe {self.recipe_name!r} on corpus {self.corpus_name!r} — query {query}: "
-                f"{self.queries.originals[query]!r}")
+                f"{self.queries.originals[query] if self.queries is not None else ''!r}")
         if stage is not None:
             return head + "\n\n" + self.stage(stage).table(query, limit)
         parts = [head, "", self.summary_table(query)]

@@ -84,7 +84,8 @@ def _encode_column(column: np.ndarray) -> list[Any]:
         return [json_float(v) for v in column.tolist()]
     if column.dtype.kind == "O":
         return [jsonable(v) for v in column.tolist()]
-    return column.tolist()
+    values: list[Any] = column.tolist()
+    return values
 
 
 def _decode_column(values: Sequence[Any], dtype: str, name: str = "score") -> np.ndarray:
@@ -117,7 +118,8 @@ def _column_dtype(dtype: Any, name: str) -> np.dtype:
     if match.group(1) is not None and int(match.group(1)) > MAX_STRING_ITEMSIZE:
         raise TraceError(f"column {name!r} has dtype {dtype!r}: strings of {match.group(1)} characters, over the "
                          f"limit of {MAX_STRING_ITEMSIZE}")
-    return np.dtype(dtype)
+    checked: np.dtype[Any] = np.dtype(dtype)
+    return checked
 
 
 # --------------------------------------------------------------------------

@@ -126,7 +126,7 @@ def parse_metric(spec: str | Metric) -> Metric:
         raise EvaluationError(f"a metric is a name such as 'ndcg@10', got {type(spec).__name__}; valid forms: {_VALID_FORMS}")
     match = _SPEC.match(spec.lower())
     name = _ALIASES.get(match.group(1)) if match else None
-    if name is None:
+    if match is None or name is None:
         raise EvaluationError(f"unknown metric {spec!r}; valid forms: {_VALID_FORMS}")
     k = match.group(2)
     if k is not None and len(k) > 18:  # int() refuses 4300+ digits; no ranking is deeper than 10**18

@@ -39,7 +39,7 @@ def _named_recipes(recipes: Any) -> list[tuple[str | None, Recipe]]:
         return [(str(label), load_recipe(r)) for label, r in recipes.items()]
     if isinstance(recipes, (str, os.PathLike, Recipe)):
         recipes = [recipes]
-    out = [(None, load_recipe(r)) for r in recipes]
+    out: list[tuple[str | None, Recipe]] = [(None, load_recipe(r)) for r in recipes]
     if not out:
         raise EvaluationError("no recipe to evaluate; name at least one (a built-in name such as 'lexical', or a file)")
     return out

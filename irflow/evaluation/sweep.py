@@ -18,7 +18,6 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 
 from irflow.util.cachekey import cache_key
 from irflow.errors import IrflowError

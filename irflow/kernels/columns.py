@@ -90,9 +90,10 @@ def _as_list(value: Any) -> list[Any] | tuple[Any, ...] | None:
     if kind is str or kind is int or kind is float or kind is dict:  # the common cases, fast
         return None
     if kind is list or isinstance(value, (list, tuple)):
-        return value
+        return value  # type: ignore[no-any-return]  # a list or tuple, checked above
     if isinstance(value, np.ndarray) and value.ndim > 0:
-        return value.tolist()
+        listed: list[Any] = value.tolist()
+        return listed
     return None
 
 
@@ -312,7 +313,7 @@ class _BlockBuilder:
         rows = np.asarray(self.rows, dtype=np.int64)
         m = len(self.kinds)
         # Row-aligned blocks hold at most one slot per row, so a slot maps to its row.
-        place = (lambda slots: rows[np.asarray(slots, dtype=np.int64)]) if length is not None else (
+        place: Callable[[Any], np.ndarray] = (lambda slots: rows[np.asarray(slots, dtype=np.int64)]) if length is not None else (
             lambda slots: np.asarray(slots, dtype=np.int64)
         )
         size = m if length is None else length

@@ -113,7 +113,8 @@ class _Negate:
 
     def mask(self, columns: MetadataColumns) -> np.ndarray:
         out = self.child.mask(columns)
-        return np.logical_not(out, out=out)
+        negated: np.ndarray = np.logical_not(out, out=out)
+        return negated
 
 
 @attrs.frozen(eq=False)
@@ -317,7 +318,8 @@ class CompiledFilter:
     @property
     def spec(self) -> dict[str, Any]:
         """The normalized filter (a fresh copy: mutating it does not touch the cache)."""
-        return json.loads(self.canonical)
+        spec: dict[str, Any] = json.loads(self.canonical)
+        return spec
 
     @property
     def matches_all(self) -> bool:

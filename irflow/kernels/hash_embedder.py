@@ -106,7 +106,7 @@ class HashEmbedder:
     max_words: int = attrs.field(default=1 << 18, repr=False, kw_only=True)
 
     @dim.validator
-    def _check_dim(self, attribute: attrs.Attribute, value: Any) -> None:
+    def _check_dim(self, attribute: attrs.Attribute[Any], value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= _MAX_HASH_DIM:
             raise EmbedderError(f"the hash embedder's dimension must be an integer in 1..{_MAX_HASH_DIM}, got {value!r}")
 
@@ -222,4 +222,5 @@ def _signed_buckets(strings: list[str], namespace: bytes, dim: int) -> list[int]
 def _unit(block: np.ndarray) -> np.ndarray:
     norms = np.sqrt(np.einsum("ij,ij->i", block, block))
     norms[norms == 0.0] = 1.0
-    return block / norms[:, None]
+    unit: np.ndarray = block / norms[:, None]
+    return unit

@@ -269,7 +269,8 @@ class OnnxEmbedder:
         with self._lock:
             if "files" not in self._state:
                 self._state["files"] = _pinned_files() if self.pinned else _path_files(self.model)
-            return self._state["files"]
+            files: _Files = self._state["files"]
+            return files
 
     def identity(self) -> dict[str, Any]:
         """What decides the vectors: the weights' and tokenizer's sha256, the length, the code version.
@@ -315,7 +316,8 @@ class OnnxEmbedder:
                         f"input_ids and attention_mask (and optionally token_type_ids)"
                     )
                 self._state["session"] = (tokenizer, session, names)
-            return self._state["session"]
+            loaded: tuple[Any, Any, frozenset[str]] = self._state["session"]
+            return loaded
 
     def __call__(self, texts: Sequence[str], kind: str = "document") -> np.ndarray:
         """Float32 (n, dim) unit rows, in the order of ``texts``."""
@@ -342,7 +344,8 @@ class OnnxEmbedder:
             return np.zeros((0, 0), dtype=np.float32)
         norms = np.sqrt(np.einsum("ij,ij->i", out.astype(np.float64), out.astype(np.float64)))
         norms[norms == 0.0] = 1.0
-        return (out / norms[:, None]).astype(np.float32)
+        unit: np.ndarray = (out / norms[:, None]).astype(np.float32)
+        return unit
 
     @staticmethod
     def _run(session: Any, names: frozenset[str], batch: list[np.ndarray]) -> np.ndarray:

@@ -23,21 +23,21 @@ Example::
     >>> p.n_rows, p.vocab_size, p.term_ids(["b", "zz"]).tolist()
     (3, 2, [1, -1])
     >>> p.postings(1)
-    (array([0, 1], dtype=int32), array([1, 1], dtype=int32))
+    (array([0, 1], dtype=int32), array([1, 1], dtype=uint8))
 """
 
 from __future__ import annotations
 
 import collections
 import hashlib
-import itertools
 import threading
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import attrs
 import numpy as np
 
 from irflow.errors import CorpusError
+from irflow.kernels.postings_build import build_arrays
 
 __all__ = ["Postings", "ARRAY_NAMES"]
 
@@ -46,25 +46,16 @@ ARRAY_NAMES: tuple[str, ...] = (
     "term_offsets", "post_rows", "post_tfs", "doc_lengths", "row_offsets", "row_terms",
 )
 
-# Row ids fit int32 up to 2**31 rows; int32 halves the bytes every gather reads.
-_ROW_DTYPE = np.int32
-# Integer term frequencies: an int32 array times a Python float is float64, while
-# float32 would silently keep float32 arithmetic (numpy 2 promotion) and lose the 1e-9.
-_TF_DTYPE = np.int32
+# Row ids are int32 (up to 2**31 rows: half the bytes of int64 for every gather); term
+# frequencies the smallest unsigned integer that holds them.  Integers, never float32: an
+# integer array times a Python float is float64, while float32 would silently keep float32
+# arithmetic (numpy 2 promotion) and lose the 1e-9.
 
 
 #: Head-term columns (see ``Postings.head_columns``): at most this many terms,
 HEAD_TERMS = 64
 #: each in at least 1 / HEAD_MIN_SHARE of the rows.
 HEAD_MIN_SHARE = 16
-
-
-class _Vocab(dict):
-    """term -> id, assigning the next id to an unseen term on lookup."""
-
-    def __missing__(self, term: str) -> int:
-        self[term] = term_id = len(self)
-        return term_id
 
 
 class _Cache:
@@ -87,6 +78,10 @@ class _Cache:
             while len(self._data) > self.max_entries:
                 self._data.popitem(last=False)
         return value
+
+    def get(self, key: Any) -> Any:
+        """The value under ``key`` or None (no recency update: a lookup on the hot path)."""
+        return self._data.get(key)
 
     def __len__(self) -> int:
         return len(self._data)
@@ -124,7 +119,7 @@ class Postings:
     row_offsets: np.ndarray
     row_terms: np.ndarray
     # Per-candidate-set statistics, keyed by a digest of the mask (see bm25.py).
-    stats_cache: _Cache = attrs.field(init=False, factory=lambda: _Cache(32), repr=False)
+    stats_cache: _Cache = attrs.field(init=False, factory=lambda: _Cache(64), repr=False)
     # Per-row float vectors derived from statistics (n floats each), and the
     # scorers holding them: fewer entries.
     norm_cache: _Cache = attrs.field(init=False, factory=lambda: _Cache(8), repr=False)
@@ -132,6 +127,8 @@ class Postings:
     scratch: threading.local = attrs.field(init=False, factory=threading.local, repr=False)
     # Derived, rebuildable structures (head-term columns), made on first need.
     derived: _Cache = attrs.field(init=False, factory=lambda: _Cache(4), repr=False)
+    # Digests of masks that never change (see remember_mask), by identity.
+    known_masks: _Cache = attrs.field(init=False, factory=lambda: _Cache(64), repr=False)
 
     @property
     def n_rows(self) -> int:
@@ -221,55 +218,47 @@ class Postings:
         return index, columns
 
     def mask_digest(self, mask: np.ndarray) -> bytes:
-        """A short digest of a boolean row mask, the key of per-candidate-set caches."""
+        """A short digest of a boolean row mask, the key of per-candidate-set caches.
+
+        O(rows) — except for a mask passed to ``remember_mask`` before, found by identity.
+        """
+        known = self.known_digest(mask)
+        if known is not None:
+            return known
         return hashlib.blake2b(np.packbits(mask).tobytes(), digest_size=16).digest()
+
+    def known_digest(self, mask: np.ndarray) -> bytes | None:
+        """The digest of ``mask`` when it was passed to ``remember_mask`` (by identity), else None: O(1)."""
+        known = self.known_masks.get(id(mask))
+        return known[1] if known is not None and known[0] is mask else None
+
+    def remember_mask(self, mask: np.ndarray) -> None:
+        """Digest ``mask`` now and find it by identity from then on (the last 64 masks).
+
+        Only for a mask nobody will write to (a corpus's read-only candidate
+        masks): a mask changed in place after this would keep its old digest,
+        and so its old candidate statistics.
+        """
+        self.known_masks.get_or_make(id(mask), lambda: (mask, hashlib.blake2b(
+            np.packbits(mask).tobytes(), digest_size=16).digest()))
 
     # -- building and persistence -------------------------------------------------
 
     @classmethod
-    def build(cls, token_lists: Sequence[Sequence[str]]) -> "Postings":
-        """Index ``token_lists`` (one list of tokens per row, in row order).
+    def build(cls, token_lists: Iterable[Sequence[str]], *,
+              second_phase: Callable[[], Any] | None = None) -> "Postings":
+        """Index ``token_lists`` (one list of tokens per row, in row order; any iterable).
 
-        Tokens are mapped to ids through a dict in one C-level pass; the
-        (row, term) pairs are then counted and grouped with numpy sorts, so
-        no Python code runs per posting.
+        In bounded memory, chunk by chunk (see :mod:`irflow.kernels.postings_build`):
+        no Python code runs per posting and no temporary spans the whole
+        collection's tokens.  ``second_phase``: a context manager factory
+        entered once the token lists are read (a progress bar).
 
         >>> Postings.build([["x", "y"], ["y", "y"]]).postings(1)[1].tolist()
         [1, 2]
         """
-        lengths = np.fromiter((len(tokens) for tokens in token_lists), dtype=np.int64,
-                              count=len(token_lists))
-        n_rows = lengths.size
-        vocab = _Vocab()
-        total = int(lengths.sum())
-        flat = itertools.chain.from_iterable(token_lists)
-        ids = np.fromiter(map(vocab.__getitem__, flat), dtype=np.int64, count=total)
-        n_terms = len(vocab)
-        rows = np.repeat(np.arange(n_rows, dtype=np.int64), lengths)
-        # One int64 key per token, term-major (term * n_rows + row).  A plain sort
-        # of the keys groups postings by term with rows ascending, and equal keys
-        # are repeats of a term in a row: their run length is the tf.  Sorting
-        # int64 keys is several times faster than a stable argsort.
-        keys = np.sort(ids * n_rows + rows)
-        first = np.ones(keys.size, dtype=bool)
-        np.not_equal(keys[1:], keys[:-1], out=first[1:])
-        starts = np.flatnonzero(first)
-        tfs = np.diff(np.append(starts, keys.size))
-        pairs = keys[starts]
-        post_terms = pairs // max(n_rows, 1)
-        post_rows = pairs - post_terms * n_rows
-        term_offsets = np.zeros(n_terms + 1, dtype=np.int64)
-        np.cumsum(np.bincount(post_terms, minlength=n_terms), out=term_offsets[1:])
-        row_offsets, row_terms = _row_major(post_terms, post_rows, n_rows, n_terms)
-        return cls(
-            vocab=dict(vocab),
-            term_offsets=term_offsets,
-            post_rows=post_rows.astype(_ROW_DTYPE),
-            post_tfs=tfs.astype(_TF_DTYPE),
-            doc_lengths=lengths.astype(np.int32),
-            row_offsets=row_offsets,
-            row_terms=row_terms,
-        )
+        vocab, arrays = build_arrays(token_lists, second_phase=second_phase)
+        return cls(vocab=vocab, **arrays)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The index as plain numpy arrays (names in ``ARRAY_NAMES``), for ``np.save``."""

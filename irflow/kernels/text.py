@@ -162,22 +162,22 @@ def _unit_tokens(low: str, orig: str | None, lowercase: bool, prose: bool = Fals
     return tokens
 
 
-def _check_name(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _check_name(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value not in ANALYZERS:
         raise AnalyzerError(_unknown_message("analyzer", value, ANALYZERS))
 
 
-def _check_stopwords(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _check_stopwords(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and value not in STOPWORDS:
         raise AnalyzerError(_unknown_message("stopword list", value, tuple(STOPWORDS)) + " (or None for no stopwords)")
 
 
-def _check_stemmer(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _check_stemmer(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and value not in _stemmer_languages():
         raise AnalyzerError(_unknown_message("stemmer language", value, _stemmer_languages()) + " (or None for no stemming)")
 
 
-def _check_bool(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _check_bool(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, bool):
         raise AnalyzerError(f"analyzer setting {attribute.name!r} must be true or false, got {value!r}")
 

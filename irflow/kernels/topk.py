@@ -18,7 +18,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import attrs
 import numpy as np
@@ -72,7 +72,8 @@ def _lower_bound(scores: np.ndarray, k: int) -> float:
     n_blocks = max(min(scores.size // 16, 64 * k), k)
     size = scores.size // n_blocks
     maxima = scores[: n_blocks * size].reshape(n_blocks, size).max(axis=1)
-    return maxima[np.argpartition(maxima, n_blocks - k)[n_blocks - k]]
+    bound: float = maxima[np.argpartition(maxima, n_blocks - k)[n_blocks - k]]
+    return bound
 
 
 def topk_keyed(scores: np.ndarray, keys: np.ndarray | None, k: int) -> np.ndarray:
@@ -159,7 +160,8 @@ def topk_matrix(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.
         size = n // n_blocks
 
         def block_maxima(values: np.ndarray) -> np.ndarray:
-            return values[:, : n_blocks * size].reshape(q, n_blocks, size).max(axis=2)
+            maxima: np.ndarray = values[:, : n_blocks * size].reshape(q, n_blocks, size).max(axis=2)
+            return maxima
 
         maxima = block_maxima(scores)
         # max propagates NaN, so the maxima reveal one without a pass over everything
@@ -189,8 +191,16 @@ def topk_matrix(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.
     return query[keep], column[keep], values[keep]
 
 
-def _int_array(dtype: type) -> "attrs.Converter":
-    return lambda value: np.ascontiguousarray(value, dtype=dtype).reshape(-1)
+def _int32_array(value: Any) -> np.ndarray:
+    return np.ascontiguousarray(value, dtype=np.int32).reshape(-1)
+
+
+def _int64_array(value: Any) -> np.ndarray:
+    return np.ascontiguousarray(value, dtype=np.int64).reshape(-1)
+
+
+def _float64_array(value: Any) -> np.ndarray:
+    return np.ascontiguousarray(value, dtype=np.float64).reshape(-1)
 
 
 @attrs.frozen(eq=False)
@@ -206,14 +216,14 @@ class TopK:
     (array([4, 2]), array([0.9, 0.5]))
     """
 
-    query_index: np.ndarray = attrs.field(converter=_int_array(np.int32))
-    row: np.ndarray = attrs.field(converter=_int_array(np.int64))
-    score: np.ndarray = attrs.field(converter=_int_array(np.float64))
+    query_index: np.ndarray = attrs.field(converter=_int32_array)
+    row: np.ndarray = attrs.field(converter=_int64_array)
+    score: np.ndarray = attrs.field(converter=_float64_array)
     n_queries: int = attrs.field(converter=int)
     offsets: np.ndarray = attrs.field(init=False, repr=False)
 
     @n_queries.validator
-    def _check(self, attribute: attrs.Attribute, value: int) -> None:
+    def _check(self, attribute: attrs.Attribute[Any], value: int) -> None:
         if value < 0:
             raise ValueError(f"n_queries must be >= 0, got {value}")
         m = self.query_index.size

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -88,7 +88,7 @@ class Corpus:
         self._embedder_source = embedder
         self._embedder: Embedder | None = embedder if isinstance(embedder, Embedder) else None
         self._embedder_resolved = embedder is None or isinstance(embedder, Embedder)
-        self._masks = CandidateMasks(store, self._label())
+        self._masks = CandidateMasks(store, self._label(), remember=postings.remember_mask)
         self._lock = threading.Lock()
 
     # -- row-aligned columns ------------------------------------------------------------
@@ -218,7 +218,14 @@ class Corpus:
         scores = np.asarray(scores, dtype=np.float64).reshape(-1)
         if rows.size != scores.size:
             raise ValueError(f"hits needs one score per row, got {rows.size} rows and {scores.size} scores")
-        return [self.hit(row, score) for row, score in zip(rows.tolist(), scores.tolist())]
+        store, name = self.store, self.name
+        # the columns read once per call, not once per hit (each is a read-only view made on access)
+        artifact_ids, kinds, kind_codes, texts = store.artifact_ids, store.kinds, store.kind_codes, store.texts
+        metadata, surface_indices, record_ids = store.metadata, store.surface_indices, store.record_ids
+        return [SearchHit(artifact_id=artifact_ids[row], surface_kind=kinds[kind_codes[row]], score=score,
+                          text=texts[row], metadata=metadata[row], source=name,
+                          surface_index=int(surface_indices[row]), record_id=record_ids[row])
+                for row, score in zip(rows.tolist(), scores.tolist())]
 
     def sibling_rows(self, artifact_ids: Sequence[str]) -> Siblings:
         """Each artifact's live rows in plan order, through the ledger (:meth:`CorpusStore.sibling_rows`)."""
@@ -236,18 +243,7 @@ class Corpus:
 
     def hit(self, row: int, score: float) -> SearchHit:
         """A SearchHit for *row* with *score*; ``source`` is the corpus name."""
-        row = int(row)
-        store = self.store
-        return SearchHit(
-            artifact_id=store.artifact_ids[row],
-            surface_kind=store.kinds[store.kind_codes[row]],
-            score=score,
-            text=store.texts[row],
-            metadata=store.metadata[row],
-            source=self.name,
-            surface_index=int(store.surface_indices[row]),
-            record_id=store.record_ids[row],
-        )
+        return self.hits([row], [score])[0]
 
     # -- candidates ------------------------------------------------------------------------
 
@@ -266,14 +262,26 @@ class Corpus:
         return self._masks.mask(filter, surfaces)
 
     def _effective_mask(self, mask: np.ndarray | None) -> np.ndarray | None:
-        """*mask* restricted to live rows (None stays None while nothing is deleted: the kernels' fast path)."""
-        live = self.store.live
+        """*mask* restricted to live rows (None while nothing is deleted: the kernels' fast path).
+
+        A mask of ``candidate_mask`` that keeps every live row (no filter, or
+        one every record passes) becomes None too, so ``search(mode="lexical")``
+        without a filter takes the unmasked kernels; its masks are live-only
+        already, so they are not ANDed again.  Both are known by identity:
+        no pass over the rows per query.
+        """
+        _, live = self._masks.live_facts()
         if mask is None:
-            return None if len(self.store) == self.n_rows else live
+            return live
+        known, all_live = self._masks.known(mask)
+        if all_live:
+            return live
+        if known:
+            return mask
         mask = np.asarray(mask, dtype=bool)
         if mask.shape != (self.n_rows,):
             raise ValueError(f"a candidate mask must be a bool array of shape ({self.n_rows},), got {mask.shape}")
-        return mask if len(self.store) == self.n_rows else mask & live
+        return mask if live is None else mask & live
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -328,7 +336,7 @@ class Corpus:
         """
         if not isinstance(params, _bm25.BM25Params):
             params = _bm25.BM25Params.from_mapping(params)
-        live = None if len(self.store) == self.n_rows else self.store.live
+        _, live = self._masks.live_facts()
         return _bm25.bm25_topk(self.postings, query_tokens, self._effective_mask(mask), fetch_k, params,
                                corpus_mask=live, stats=stats)
 
@@ -381,16 +389,17 @@ class Corpus:
 # -- building ---------------------------------------------------------------------------------
 
 
-def _tokenize(analyzer: Analyzer, texts: Sequence[str], progress: bool, chunk: int = 1024) -> list[list[str]]:
-    """The tokens of every text, in chunks so a progress bar can follow (the same tokens as one call)."""
-    if not progress:
-        return analyzer.tokenize_many(texts)
-    out: list[list[str]] = []
-    with bar(True, "tokenizing", total=len(texts), unit="record", unit_scale=True) as shown:
+def _tokenize(analyzer: Analyzer, texts: Sequence[str], progress: bool, chunk: int = 1024) -> Iterator[list[str]]:
+    """The tokens of every text, streamed chunk by chunk (the same tokens as one call).
+
+    A generator, so the postings builder holds one chunk of token lists at a
+    time, never the whole collection's (several GB of Python lists at 1M
+    records); the chunks also let a progress bar follow.
+    """
+    with bar(progress, "tokenizing", total=len(texts), unit="record", unit_scale=True) as shown:
         for start in range(0, len(texts), chunk):
-            out.extend(analyzer.tokenize_many(texts[start:start + chunk]))
+            yield from analyzer.tokenize_many(texts[start:start + chunk])
             shown.update(min(chunk, len(texts) - start))
-    return out
 
 
 def build(
@@ -429,10 +438,8 @@ def build(
     the_analyzer = get_analyzer(analyzer)
     the_embedder = resolve_embedder(embedder)
     store = CorpusStore.from_records(prepared, name=corpus_name)
-    tokens = _tokenize(the_analyzer, store.texts, progress)
-    with phase(progress, "postings"):
-        postings = Postings.build(tokens)
-    del tokens
+    postings = Postings.build(_tokenize(the_analyzer, store.texts, progress),
+                              second_phase=lambda: phase(progress, "postings"))
     vectors, info = document_vectors(prepared, store.texts, the_embedder, batch_size=batch_size, progress=progress)
     if root is not None:
         with phase(progress, "writing"):

@@ -84,7 +84,7 @@ def kinds_tuple(value: Any) -> tuple[str, ...] | None:
         return (value,)
     if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
         return tuple(value)
-    return value
+    return value  # type: ignore[no-any-return]  # passed through, for the validator to name
 
 
 def _check_window(window: Any) -> None:

@@ -14,7 +14,7 @@ import collections
 import difflib
 import threading
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -73,12 +73,19 @@ def _field_paths(metadata: Iterable[Mapping[str, Any]], depth: int = 3) -> list[
 class CandidateMasks:
     """The candidate masks of one corpus's store, with their cache and the warnings already given."""
 
-    def __init__(self, store: CorpusStore, label: str) -> None:
+    def __init__(self, store: CorpusStore, label: str,
+                 remember: Callable[[np.ndarray], None] | None = None) -> None:
         self.store = store
         self.label = label  # how messages name the corpus
+        # called once with each read-only mask made that is not every live row (the kernels digest it once)
+        self._remember = remember
         self._columns: MetadataColumns | None = None
         self._masks: collections.OrderedDict[Any, np.ndarray] = collections.OrderedDict()
         self._masks_version = store.version
+        # id(mask) -> (mask, store version, selects every live row) for the masks made here:
+        # identity (checked with ``is``) tells a query's mask in O(1), no pass over its rows
+        self._mask_facts: dict[int, tuple[np.ndarray, int, bool]] = {}
+        self._live_facts: tuple[int, int, np.ndarray | None] | None = None
         self._warned: set[tuple[str, str]] = set()  # (name, "field" | "surface") already warned about
         self._lock = threading.Lock()
 
@@ -117,6 +124,7 @@ class CandidateMasks:
             version = self.store.version  # read before the live rows: a mask is never older than its label
             if self._masks_version != version:
                 self._masks.clear()
+                self._mask_facts.clear()
                 self._masks_version = version
             cached = None if key is None else self._masks.get(key)
             if cached is not None:
@@ -134,13 +142,39 @@ class CandidateMasks:
             codes = [code for code, kind in enumerate(self.store.kinds) if kind in kinds]
             mask &= np.isin(self.store.kind_codes, np.array(codes, dtype=np.int32))
         mask = _readonly(mask)
+        n_live, _ = self.live_facts()
+        all_live = int(np.count_nonzero(mask)) == n_live  # once per mask made, not per query
         with self._lock:
             if key is None or self._masks_version != version:  # a delete came in meanwhile: do not keep it
                 return mask
             self._masks[key] = mask
+            self._mask_facts[id(mask)] = (mask, version, all_live)
             while len(self._masks) > MASK_CACHE_SIZE:
-                self._masks.popitem(last=False)
+                _, evicted = self._masks.popitem(last=False)
+                self._mask_facts.pop(id(evicted), None)
+        if not all_live and self._remember is not None:
+            self._remember(mask)
         return mask
+
+    def live_facts(self) -> tuple[int, np.ndarray | None]:
+        """(number of live rows, the live mask or None while nothing is deleted), recounted only after a delete."""
+        version = self.store.version  # read first: facts are never newer than their label
+        facts = self._live_facts
+        if facts is None or facts[0] != version:
+            live = self.store.live
+            n_live = int(np.count_nonzero(live))
+            facts = (version, n_live, None if n_live == self.store.n_rows else live)
+            if facts[2] is not None and self._remember is not None:
+                self._remember(facts[2])
+            self._live_facts = facts
+        return facts[1], facts[2]
+
+    def known(self, mask: Any) -> tuple[bool, bool]:
+        """(made by :meth:`mask` since the last delete, selects every live row) — by identity, O(1)."""
+        facts = self._mask_facts.get(id(mask))
+        if facts is None or facts[0] is not mask or facts[1] != self.store.version:
+            return False, False
+        return True, facts[2]
 
     def _check_surfaces(self, wanted: tuple[str, ...]) -> None:
         """FilterError when ``surfaces`` selects no kind this corpus holds; a warning for a stray kind.

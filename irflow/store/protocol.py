@@ -42,7 +42,7 @@ not for retrieval code.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -67,6 +67,10 @@ def _bools(value: Any) -> np.ndarray:
     return array
 
 
+def _pairs(value: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    return tuple(value)
+
+
 @attrs.frozen
 class Siblings:
     """The live rows of several artifacts, in plan order (by ``surface_index``), laid out as CSR.
@@ -85,7 +89,7 @@ class Siblings:
     offsets: np.ndarray = attrs.field(converter=_int64)
     rows: np.ndarray = attrs.field(converter=_int64)
     listed: np.ndarray = attrs.field(converter=_bools)
-    stale: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=tuple)
+    stale: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_pairs)
 
     def __attrs_post_init__(self) -> None:
         if self.offsets.size != self.listed.size + 1 or (self.offsets.size and self.offsets[-1] != self.rows.size):

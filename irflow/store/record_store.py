@@ -57,7 +57,7 @@ def prepare_records(records: Iterable[Any], *, duplicates: list[tuple[int, int, 
     """
     prepared: list[Record] = []
     seen_per_artifact: dict[str, int] = {}
-    index_owner: dict[tuple[str, int], int] = {}
+    index_owner: dict[tuple[str, int | None], int] = {}
     id_owner: dict[str, int] = {}
     for position, item in enumerate(records):
         record = _to_record(item, position)
@@ -267,19 +267,23 @@ class CorpusStore:
 
     def record_ids_of(self, rows: Any) -> np.ndarray:
         """Record id of each row (object array)."""
-        return self._record_ids[_rows(rows)]
+        found: np.ndarray = self._record_ids[_rows(rows)]
+        return found
 
     def artifact_ids_of(self, rows: Any) -> np.ndarray:
         """Artifact id of each row (object array)."""
-        return self._artifact_ids[_rows(rows)]
+        found: np.ndarray = self._artifact_ids[_rows(rows)]
+        return found
 
     def kind_codes_of(self, rows: Any) -> np.ndarray:
         """Surface kind code of each row (int32), indexing :attr:`kinds`."""
-        return self._kind_codes[_rows(rows)]
+        found: np.ndarray = self._kind_codes[_rows(rows)]
+        return found
 
     def surface_indices_of(self, rows: Any) -> np.ndarray:
         """Plan-global surface index of each row (int64)."""
-        return self._surface_indices[_rows(rows)]
+        found: np.ndarray = self._surface_indices[_rows(rows)]
+        return found
 
     def records(self, rows: Any) -> list[Record]:
         """The records of these rows, in order."""

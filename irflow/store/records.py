@@ -49,7 +49,7 @@ def _optional_index(value: Any) -> int | None:
     return int(value)
 
 
-def _nonempty_str(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _nonempty_str(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, str) or not value:
         raise ValueError(f"{attribute.name} must be a non-empty string, got {value!r}")
 

@@ -21,6 +21,7 @@ import importlib.metadata
 import json
 import shlex
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 __all__ = ["install_hint"]
@@ -34,7 +35,7 @@ def _checkout() -> Path | None:
     return root if (root / "pyproject.toml").is_file() else None
 
 
-def _direct_url() -> dict | None:
+def _direct_url() -> dict[str, Any] | None:
     """The installed distribution's PEP 610 record (None: installed from an index, or not installed)."""
     try:
         text = importlib.metadata.distribution(_DIST).read_text("direct_url.json")

@@ -38,7 +38,7 @@ import re
 import secrets
 import stat
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -134,7 +134,7 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def open_regular(path: str | os.PathLike[str], what: str, *, error: type[Exception] = InputError) -> IO[bytes]:
+def open_regular(path: str | os.PathLike[str], what: str, *, error: Callable[[str], Exception] = InputError) -> IO[bytes]:
     """``path`` opened for binary reading; ``error`` when it is missing, unreadable or not a regular file.
 
     Opened non-blocking, so a FIFO cannot hang the open; refused by its
@@ -157,7 +157,7 @@ def open_regular(path: str | os.PathLike[str], what: str, *, error: type[Excepti
         raise
 
 
-def decode_utf8(data: bytes, where: str, what: str, *, error: type[Exception] = InputError,
+def decode_utf8(data: bytes, where: str, what: str, *, error: Callable[[str], Exception] = InputError,
                 bom: bool = True) -> str:
     """``data`` decoded as UTF-8 (a leading byte-order mark dropped when ``bom``); ``error`` naming the bad byte."""
     try:
@@ -171,7 +171,7 @@ def decode_utf8(data: bytes, where: str, what: str, *, error: type[Exception] = 
 
 
 def read_text(path: str | os.PathLike[str], what: str, *, max_bytes: int = MAX_TEXT_BYTES,
-              error: type[Exception] = InputError) -> str:
+              error: Callable[[str], Exception] = InputError) -> str:
     """The whole of a UTF-8 text file, refused (``error``) beyond ``max_bytes`` or when not UTF-8."""
     name = os.fspath(path)
     with open_regular(name, what, error=error) as handle:
@@ -185,7 +185,7 @@ def read_text(path: str | os.PathLike[str], what: str, *, max_bytes: int = MAX_T
 
 
 def read_lines(handle: IO[bytes], name: str, what: str, *, max_line_bytes: int = MAX_LINE_BYTES,
-               error: type[Exception] = InputError) -> Iterator[tuple[int, bytes]]:
+               error: Callable[[str], Exception] = InputError) -> Iterator[tuple[int, bytes]]:
     """``(line number, raw line)`` of an open binary file; ``error`` for a line longer than ``max_line_bytes``."""
     number = 0
     while True:
@@ -222,7 +222,7 @@ def _json_depth(text: str, limit: int) -> int:
 
 
 def check_json_depth(text: str, where: str, *, limit: int = MAX_NESTING,
-                     error: type[Exception] = InputError) -> None:
+                     error: Callable[[str], Exception] = InputError) -> None:
     """``error`` when JSON ``text`` nests lists/objects deeper than ``limit`` (checked before parsing)."""
     depth = _json_depth(text, limit)
     if depth > limit:
@@ -235,7 +235,7 @@ def too_many_digits() -> str:
     return f"a number has more than {limit} digits, the limit Python reads; write a smaller number"
 
 
-def loads_json(text: str, where: str, *, max_depth: int = MAX_NESTING, error: type[Exception] = InputError) -> Any:
+def loads_json(text: str, where: str, *, max_depth: int = MAX_NESTING, error: Callable[[str], Exception] = InputError) -> Any:
     """``json.loads(text)`` within a nesting limit; ``error`` for too deep or too long numbers.
 
     Syntax errors stay :class:`json.JSONDecodeError`, for the caller to word
@@ -252,7 +252,7 @@ def loads_json(text: str, where: str, *, max_depth: int = MAX_NESTING, error: ty
         raise error(f"{where}: {too_many_digits()}") from None
 
 
-def check_nesting(value: Any, where: str, *, limit: int = MAX_NESTING, error: type[Exception] = InputError) -> None:
+def check_nesting(value: Any, where: str, *, limit: int = MAX_NESTING, error: Callable[[str], Exception] = InputError) -> None:
     """``error`` when parsed data nests mappings/lists/tuples deeper than ``limit`` (cycles included).
 
     Iterative, so a value nested a million deep (or one holding itself) is

@@ -1,0 +1,317 @@
+"""BM25 top-k compiled with numba (optional): block-at-a-time MaxScore over the postings.
+
+The numpy kernel (``irflow.kernels.bm25``) pays a few microseconds per numpy call and
+several passes over memory per term; a query over common words reads most
+of the postings several times.  This kernel does the same arithmetic in one
+compiled pass: the rows are cut into blocks of ``BLOCK`` rows, and in each
+block
+
+1. the *essential* terms (a prefix of the canonical order: the rarest) add
+   their contributions into a block-local accumulator, term after term —
+   a term in a large share of the rows by a dense, vectorizable pass over
+   its frequency column (``Postings.head_columns``), the others by walking
+   their postings (each term's postings are row-ordered, so a cursor per
+   term moves from block to block);
+2. every row an essential term reached is either dropped, when its partial
+   score plus the upper bounds of the other (*non-essential*) terms falls
+   strictly short of the k-th best full score found so far (``theta``), or
+   gets the non-essential terms added, in order, by lookups (a column read,
+   or a binary search in the term's postings of this block), and competes
+   for the top k in a heap ordered by (score desc, row asc);
+3. after each block the essential prefix shrinks to the shortest one whose
+   complement's bounds still sum to less than ``theta`` (MaxScore).
+
+Exact, and the same bits as the numpy kernel: a row's score is the sum of
+its terms' contributions in the canonical order, starting from 0.0, each
+contribution computed with the same IEEE operations in the same order
+(``tf * scale / (norm + tf)``; BM25L's formula as the numpy kernel writes
+it), and numba compiles without fast-math, so nothing is reassociated or
+fused.  A row is dropped only when its bound is below ``theta`` by a margin
+far above rounding error, so no row that could reach the top k, or tie with
+it, is lost.  ``tests/test_bm25_paths.py`` compares the kernels bit for bit.
+
+Imported only when numba is installed (the ``fast`` extra) and
+chosen (``irflow.kernels.bm25.kernel``: by default for indexes of 50k rows and
+more); numpy scores otherwise.  The machine code is cached on disk (numba's
+``cache=True``): compiled once per machine (10-20 s), loaded in each process
+on first use (about 1.5 s with numba's import).  The scorer passes every
+array read-only and in one layout, so one compiled signature serves indexes
+built in memory and opened memory-mapped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["topk", "BLOCK"]
+
+#: Rows per block: the accumulator (8 bytes a row), flags and touched list stay in L1/L2.
+BLOCK = 4096
+
+OKAPI, BM25L = 0, 1
+
+
+@njit(inline="always")
+def _worse(s1: float, r1: int, s2: float, r2: int) -> bool:
+    return s1 < s2 or (s1 == s2 and r1 > r2)
+
+
+@njit(inline="always")
+def _push(hs, hr, m, k, s, r):  # pragma: no cover - compiled
+    """Offer (s, r) to the min-heap of the k best (root: the worst kept); returns the new size."""
+    if m < k:
+        j = m
+        while j > 0:
+            parent = (j - 1) >> 1
+            if not _worse(s, r, hs[parent], hr[parent]):
+                break
+            hs[j] = hs[parent]
+            hr[j] = hr[parent]
+            j = parent
+        hs[j] = s
+        hr[j] = r
+        return m + 1
+    if _worse(s, r, hs[0], hr[0]):
+        return m
+    j = 0
+    while True:
+        c = 2 * j + 1
+        if c >= k:
+            break
+        if c + 1 < k and _worse(hs[c + 1], hr[c + 1], hs[c], hr[c]):
+            c += 1
+        if not _worse(hs[c], hr[c], s, r):
+            break
+        hs[j] = hs[c]
+        hr[j] = hr[c]
+        j = c
+    hs[j] = s
+    hr[j] = r
+    return m
+
+
+@njit(inline="always")
+def _contribution(variant, tf, scale, norm, k1, delta):  # pragma: no cover - compiled
+    # The numpy kernel's operations, in its order (irflow.kernels.bm25.scorer._Scorer._contribution).
+    if variant == BM25L:
+        ctd = tf / norm
+        return scale * tf * (ctd + delta) / (k1 + ctd + delta)
+    out = tf * scale
+    return out / (norm + tf)
+
+
+@njit(inline="always")
+def _find(post_rows, lo, hi, r):  # pragma: no cover - compiled
+    """Position of row ``r`` in the ascending ``post_rows[lo:hi]``, or -1."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        v = post_rows[mid]
+        if v < r:
+            lo = mid + 1
+        elif v > r:
+            hi = mid
+        else:
+            return mid
+    return -1
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, kept_head, kept_norms,
+         k, variant, k1, delta, constant, margin, prune, block):  # pragma: no cover - compiled
+    """Top ``k`` rows and scores (score desc, row asc) of one query; see the module docstring.
+
+    Terms, in canonical order, one row each of ``term_ints`` (lo, hi, column,
+    how) and ``term_floats`` (scale, bound): postings
+    ``post_rows[lo:hi]``, head column (-1: none), scale = weight * (k1 + 1),
+    score bound.  ``how``: 0 walk its postings, 1 a pass over the block's
+    column, 2 its column read at the candidates only (``kept``: the
+    candidate rows, ascending; a selective mask; ``kept_head`` and
+    ``kept_norms``: the head columns and the norms at those rows, read in
+    order instead of gathered, or empty arrays).  A non-essential term is
+    looked up in its column when it has one, else in its postings.
+    ``mask`` (size 0: every row) selects the candidates.  ``constant``
+    (BM25Plus) is added to every score before ranking; ``margin`` the
+    relative safety margin of pruning; ``prune`` false scores every row;
+    ``block``: rows per block (``BLOCK``; tests use tiny blocks).
+    """
+    n = norms.size
+    n_terms = term_ints.shape[0]
+    los = term_ints[:, 0].copy()
+    his = term_ints[:, 1].copy()
+    columns = term_ints[:, 2].copy()
+    dense = term_ints[:, 3].copy()
+    scales = term_floats[:, 0].copy()
+    bounds = term_floats[:, 1].copy()
+    masked = mask.size > 0
+    cur = los.copy()
+    suffix = np.zeros(n_terms + 1)
+    for j in range(n_terms - 1, -1, -1):
+        suffix[j] = suffix[j + 1] + bounds[j]
+    hs = np.empty(k)
+    hr = np.empty(k, np.int64)
+    m = 0
+    limit = -np.inf
+    acc = np.zeros(block)
+    flag = np.zeros(block, np.uint8)  # 1: reached by an essential term; 2: alive after the bound check
+    touched = np.empty(block, np.int64)
+    alive = np.empty(block, np.int64)
+    kc = 0  # cursor in kept
+    own = kept_head.shape[1] > 0  # the candidates' own copy of the head columns: read in order
+    at_kept = np.empty(block if own else 0, np.int64)
+    e = n_terms
+    for b0 in range(0, n, block):
+        b1 = min(b0 + block, n)
+        width = b1 - b0
+        # essential prefix: the shortest whose complement's bounds sum below theta (with a margin)
+        if prune and m == k:
+            while e > 0 and suffix[e - 1] + constant < limit:
+                e -= 1
+            if e == 0:
+                break  # no row left can reach the k-th score
+        k_lo = kc
+        if kept.size > 0:
+            while kc < kept.size and kept[kc] < b1:
+                if own:
+                    at_kept[kept[kc] - b0] = kc  # where this row's entries are in kept_head
+                kc += 1
+        nt = 0
+        scan = False
+        for j in range(e):
+            scale = scales[j]
+            if dense[j] == 1:  # a pass over the block's column: rows lacking the term add an exact 0
+                col = head[columns[j], b0:b1]
+                nrm = norms[b0:b1]
+                for x in range(width):
+                    acc[x] += _contribution(variant, col[x], scale, nrm[x], k1, delta)
+                for x in range(width):
+                    flag[x] |= col[x] > 0
+                scan = True
+                continue
+            if dense[j] == 2:  # the candidates' column entries only (a selective mask)
+                col = kept_head[columns[j]] if own else head[columns[j]]
+                for i in range(k_lo, kc):
+                    r = kept[i]
+                    tf = col[i] if own else col[r]
+                    if tf > 0:
+                        x = r - b0
+                        acc[x] += _contribution(variant, tf, scale, kept_norms[i] if own else norms[r], k1, delta)
+                        touched[nt] = x
+                        nt += 1 - flag[x]
+                        flag[x] = 1
+                continue
+            i = cur[j]
+            h = his[j]
+            while i < h:
+                r = post_rows[i]
+                if r >= b1:
+                    break
+                if not masked or mask[r]:
+                    x = r - b0
+                    acc[x] += _contribution(variant, post_tfs[i], scale, norms[r], k1, delta)
+                    touched[nt] = x
+                    nt += 1 - flag[x]  # branchless: a row reached again is listed once
+                    flag[x] = 1
+                i += 1
+            cur[j] = i
+        # rows that can still reach the top k ("alive"), listed without branches
+        rest = suffix[e] + constant
+        check = prune and m == k
+        n_alive = 0
+        if scan:
+            floor = limit if check else -np.inf
+            if masked:
+                for x in range(width):
+                    alive[n_alive] = x
+                    n_alive += (flag[x] != 0) & mask[b0 + x] & ((acc[x] + rest >= floor) | (not check))
+            else:
+                for x in range(width):
+                    alive[n_alive] = x
+                    n_alive += (flag[x] != 0) & ((acc[x] + rest >= floor) | (not check))
+        else:
+            floor = limit if check else -np.inf
+            for t in range(nt):  # rows reached through postings or the candidates: all in the mask
+                x = touched[t]
+                alive[n_alive] = x
+                n_alive += (acc[x] + rest >= floor) | (not check)
+        for t in range(n_alive):
+            flag[alive[t]] = 2
+        # the non-essential terms, in order, added to the alive rows only
+        for j in range(e, n_terms):
+            scale = scales[j]
+            c = columns[j]
+            if c >= 0 and dense[j] == 1 and 4 * n_alive > width:
+                # most rows alive: the vectorized pass beats lookups (the others are cleared below)
+                col = head[c, b0:b1]
+                nrm = norms[b0:b1]
+                for x in range(width):
+                    acc[x] += _contribution(variant, col[x], scale, nrm[x], k1, delta)
+                scan = True
+                continue
+            if c >= 0:
+                if own:  # alive rows are candidates: read the candidates' copy, not gather the column
+                    col = kept_head[c]
+                    for t in range(n_alive):
+                        x = alive[t]
+                        tf = col[at_kept[x]]
+                        if tf > 0:
+                            acc[x] += _contribution(variant, tf, scale, kept_norms[at_kept[x]], k1, delta)
+                else:
+                    col = head[c]
+                    for t in range(n_alive):
+                        x = alive[t]
+                        tf = col[b0 + x]
+                        if tf > 0:
+                            acc[x] += _contribution(variant, tf, scale, norms[b0 + x], k1, delta)
+                continue
+            i = cur[j]
+            h = his[j]
+            if i < h and post_rows[i] < b0:  # essential in an earlier block: its cursor may lag
+                lo, hi = i, h
+                while lo < hi:
+                    mid = (lo + hi) >> 1
+                    if post_rows[mid] < b0:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                i = lo
+            # the end of this block's postings: binary search, so few alive rows skip the walk
+            lo, hi = i, h
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if post_rows[mid] < b1:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            end = lo
+            if n_alive * 8 < end - i:
+                for t in range(n_alive):
+                    x = alive[t]
+                    at = _find(post_rows, i, end, b0 + x)
+                    if at >= 0:
+                        acc[x] += _contribution(variant, post_tfs[at], scale, norms[b0 + x], k1, delta)
+            else:
+                for a in range(i, end):
+                    x = post_rows[a] - b0
+                    if flag[x] == 2:
+                        acc[x] += _contribution(variant, post_tfs[a], scale, norms[b0 + x], k1, delta)
+            cur[j] = end
+        for t in range(n_alive):
+            x = alive[t]
+            m = _push(hs, hr, m, k, acc[x] + constant + 0.0, b0 + x)  # + 0.0: -0.0 becomes 0.0
+            if m == k:
+                theta = hs[0]
+                limit = theta - margin * max(1.0, abs(theta), abs(constant))
+        if scan:
+            acc[:width] = 0.0
+            flag[:width] = 0
+        else:
+            for t in range(nt):
+                x = touched[t]
+                acc[x] = 0.0
+                flag[x] = 0
+    order = np.argsort(hr[:m], kind="mergesort")
+    rows = hr[:m][order]
+    scores = hs[:m][order]
+    order = np.argsort(-scores, kind="mergesort")  # stable: equal scores stay by row
+    return rows[order], scores[order]
