@@ -312,9 +312,9 @@ def run_size(n: int, args: argparse.Namespace) -> list[dict[str, Any]]:
             by_position = [positions[i:i + 1] for i in range(args.queries)] if b == 1 else \
                 [positions[i * b:(i + 1) * b] for i in range(args.n_batches)]
             api = {} if corpus is None else api_runs(corpus, texts, keep, k, b)
-            for name, run in api.items():  # the API takes query texts: map an item to its positions
-                systems[name] = (lambda q, run=run, lookup={id(x): p for x, p in zip(items, by_position)}:
-                                 run(lookup[id(q)]))
+            lookup = {id(x): p for x, p in zip(items, by_position)}  # the API takes texts: item -> positions
+            for name, run in api.items():
+                systems[name] = (lambda q, run=run, lookup=lookup: run(lookup[id(q)]))
             plan = {}
             for name, run in systems.items():
                 reps, count = (args.repeats if b == 1 else args.batch_repeats), len(items)

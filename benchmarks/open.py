@@ -145,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         runs.setdefault((name, verify), []).append(probe(paths[name], verify, checkout))
             rows = []
             for (name, verify), samples in runs.items():
-                def med(key: str) -> float:
+                def med(key: str, samples: list[dict[str, Any]] = samples) -> float:
                     return statistics.median(s[key] for s in samples)
                 rows.append([name, "yes" if verify else "no", med("open_cpu"), med("open_wall"), med("first_cpu"),
                              med("second_cpu"), med("maxrss_mb")])
