@@ -25,7 +25,7 @@ from irflow.api.constants import (
     Retriever,
     ScoreBoost,
 )
-from irflow.store.corpus import Corpus, build, open_corpus
+from irflow.store.corpus import Corpus, build
 from irflow.api.boosts import dependency_evidence_boost
 from irflow.kernels.embedders import Embedder, resolve_embedder
 from irflow.errors import (
@@ -58,6 +58,10 @@ from irflow.engine.stage import Stage
 from irflow.store.record_store import CorpusStore
 from irflow.kernels.text import ANALYZERS, Analyzer, get_analyzer
 from irflow.engine.trace import Trace, diff
+# open_corpus opens plain and sharded corpora alike; irflow.shard is the package, callable as
+# irflow.shard(corpus, n, path) (irflow.shard.shard)
+from irflow import shard
+from irflow.shard import ShardedCorpus, open_corpus
 from irflow.engine import registry
 
 __version__ = "0.1.0"
@@ -98,6 +102,7 @@ __all__ = [
     "ScoreBoost",
     "SearchError",
     "SearchHit",
+    "ShardedCorpus",
     "RerankerUnavailableWarning",
     "Stage",
     "StageCache",
@@ -126,6 +131,7 @@ __all__ = [
     "rerank",
     "resolve_embedder",
     "search",
+    "shard",
     "stage_kinds",
     "with_reranker",
 ]

@@ -264,3 +264,7 @@ class RerankerUnavailableWarning(IrflowWarning):
 
 class LedgerWarning(IrflowWarning):
     """Expansion skipped ledger entries it could not resolve (a stale ledger, or no entry at all)."""
+
+
+class ShardUnavailableError(CorpusError):
+    """A shard of a sharded corpus could not answer (its server died for good): the call gives no answer."""

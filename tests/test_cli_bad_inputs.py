@@ -367,6 +367,20 @@ def _cases() -> list[Case]:
         (("trace", "show"), "stage-unknown", lambda env: ["trace", "show", str(env.trace), "--stage", "fusion"]),
         (("trace", "explain"), "record-unknown", lambda env: ["trace", "explain", str(env.trace), "nope"]),
         (("trace", "diff"), "stage-unknown", lambda env: ["trace", "diff", str(env.trace), "--stages", "dense", "x"]),
+        (("shard",), "corpus-missing", lambda env: ["shard", str(env.root / "no-corpus"), "--shards", "2", "--out",
+                                                    str(env.root / "s-m")]),
+        (("shard",), "shards-zero", lambda env: ["shard", str(env.corpus), "--shards", "0", "--out",
+                                                 str(env.root / "s-0")]),
+        (("shard",), "shards-more-than-artifacts", lambda env: ["shard", str(env.corpus), "--shards", "100000",
+                                                                "--out", str(env.root / "s-many")]),
+        (("shard",), "out-is-a-file", lambda env: ["shard", str(env.corpus), "--shards", "2", "--out",
+                                                   str(env.afile)]),
+        (("shard",), "out-not-empty", lambda env: ["shard", str(env.corpus), "--shards", "2", "--out",
+                                                   str(env.corpus)]),
+        (("shard",), "out-read-only", _readonly(lambda env, ro: ["shard", str(env.corpus), "--shards", "2", "--out",
+                                                                 str(ro / "s")])),
+        (("run",), "ray-on-a-plain-corpus", lambda env: ["run", "lexical", "--corpus", str(env.corpus), "-q", "x",
+                                                         "--ray", "auto"]),
         (("recipes",), "unexpected-argument", lambda env: ["recipes", "extra"]),
         (("recipes",), "unknown-option", lambda env: ["recipes", "--bogus"]),
     ]
@@ -380,7 +394,7 @@ def test_every_command_has_bad_input_cases() -> None:
     commands = set(leaf_commands())
     covered = {command for command, _, _ in CASES}
     assert commands <= covered, f"commands without bad-input cases: {sorted(commands - covered)}"
-    assert {("index",), ("run",), ("validate",), ("graph",), ("recipes",), ("eval",), ("demo",),
+    assert {("index",), ("run",), ("validate",), ("graph",), ("recipes",), ("eval",), ("demo",), ("shard",),
             ("trace", "show"), ("trace", "diff"), ("trace", "explain")} <= commands
 
 

@@ -91,8 +91,8 @@ def expand(corpus: Any, hits: Sequence[SearchHit] | Sequence[Sequence[SearchHit]
 
     ``hits`` is one query's ranked hits (returns one list) or a list of such
     lists (``Result.hits`` of several queries; returns a list of lists).
-    ``corpus``: a Corpus, a CorpusStore, a corpus path or a name — only the
-    store is read, nothing is embedded.  A hit itself is returned unchanged;
+    ``corpus``: a Corpus, a CorpusStore, a sharded corpus, a corpus path or a
+    name — only records are read, nothing is embedded.  A hit itself is returned unchanged;
     a sibling is a new SearchHit carrying the score and source of the hit
     that brought it, with ``metadata["expand_from"]`` (that hit's record id)
     and ``metadata["expand_offset"]`` (surface_index distance, signed).
@@ -101,7 +101,10 @@ def expand(corpus: Any, hits: Sequence[SearchHit] | Sequence[Sequence[SearchHit]
     """
     batched = bool(hits) and not isinstance(hits[0], SearchHit) and isinstance(hits[0], (list, tuple))
     lists: list[Sequence[SearchHit]] = list(hits) if batched else [hits]  # type: ignore[arg-type, list-item]
-    store = resolve_store(corpus)
+    # a corpus with no single store (a sharded one) serves the rows itself: row_of, record, the ledger view
+    serves_rows = getattr(corpus, "store", None) is None and all(
+        hasattr(corpus, name) for name in ("row_of", "record", "sibling_rows"))
+    store = corpus if serves_rows else resolve_store(corpus)
     corpus_name = getattr(corpus, "name", None) if not isinstance(corpus, (str, bytes)) else store.name
     flat: list[SearchHit] = []
     query_index: list[int] = []

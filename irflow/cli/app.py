@@ -1,4 +1,4 @@
-"""The ``irflow`` command line: index, run, eval, validate, graph, trace, demo.
+"""The ``irflow`` command line: index, shard, run, eval, validate, graph, trace, demo.
 
 Readable output by default, ``--json`` for machines.  A user mistake — a bad
 recipe, a missing corpus, a malformed ``--set``, any :class:`IrflowError`, a
@@ -7,6 +7,8 @@ errors, 1 for recipe / validation / corpus errors), never a traceback; an
 unexpected exception is a bug and keeps its traceback.
 
     irflow index records.jsonl --out ./corpus
+    irflow shard ./corpus --shards 4 --out ./corpus.sharded
+    irflow run hybrid --corpus ./corpus.sharded --ray auto --query "sql parser"
     irflow run hybrid --corpus ./corpus --query "sql parser" --set k=5 --trace run.jsonl
     irflow trace show run.jsonl --stage fuse
     irflow trace diff run.jsonl --stages dense fuse
@@ -31,14 +33,16 @@ import click
 from irflow import __version__
 from irflow.cli import quickstart
 from irflow.cli.index import RECORD_FORMAT, bad_lines_report, read_record_file, skipped_report
-from irflow.cli.plugins import plugin_option
+from irflow.cli.plugins import PLUGINS_META, plugin_option
+from irflow.cli.shard import ray_option, shard_command
 from irflow.engine.recipe import builtin_recipes, load_recipe
 from irflow.engine.trace import jsonable
 from irflow.errors import InputError, IrflowError, ParameterError, RecipeError
 from irflow.evaluation.datasets import load_beir
 from irflow.evaluation.evaluate import evaluate, holdout_split
 from irflow.kernels.embedders import cli_default_embedder
-from irflow.store.corpus import build, open_corpus
+from irflow.shard import open_corpus  # plain and sharded corpora alike
+from irflow.store.corpus import build
 from irflow.util.fileio import explain_os_error, loads_json
 from irflow.util.table import render_table
 
@@ -239,11 +243,12 @@ def _hits_table(hits: Sequence[Any]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print hits (and explanations) as JSON.")
 @click.option("--explain", "explain_n", type=click.IntRange(min=0), default=0, metavar="N",
               help="Explain the top N hits of each query, stage by stage.")
+@ray_option
 def run(recipe: str, corpus_path: str, queries: tuple[str, ...], settings: dict[str, Any], trace_path: Path | None,
-        as_json: bool, explain_n: int) -> None:
-    """Run RECIPE (a file or a built-in name) on a corpus and print the hits."""
+        as_json: bool, explain_n: int, ray: str | None) -> None:
+    """Run RECIPE (a file or a built-in name) on a corpus (plain or sharded) and print the hits."""
     the_recipe = load_recipe(recipe)
-    corpus = open_corpus(corpus_path)
+    corpus = open_corpus(corpus_path, ray=ray)
     try:
         # explanations are complete only from a trace, and tracing a CLI run costs little
         result = the_recipe.run(corpus, list(queries), trace=bool(trace_path or explain_n), **settings)
@@ -391,10 +396,11 @@ def parse_sweeps(ctx: click.Context | None, param: click.Parameter | None,
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print only JSON: dataset, split, queries, depth, {system: {metric: value}} and parameters.")
+@ray_option
 def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: str, settings: dict[str, Any],
                  sweeps: dict[str, list[Any]], embedder: str | None, analyzer: str | None, title_mode: str,
                  depth: int, batch_size: int, holdout: str | None, holdout_seed: int, baseline: str | None,
-                 runs_dir: Path | None, cache: bool, progress: bool | None, as_json: bool) -> None:
+                 runs_dir: Path | None, cache: bool, progress: bool | None, as_json: bool, ray: str | None) -> None:
     """Evaluate RECIPEs (files or built-in names) on a test collection and print the metrics."""
     show = sys.stderr.isatty() if progress is None else progress
     collection = load_beir(dataset, split)
@@ -407,7 +413,8 @@ def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: st
         result = evaluate(list(recipes), collection, metrics=metrics, params=settings, sweep=sweeps or None,
                           embedder=spec, analyzer=analyzer,
                           title_mode=title_mode, batch_size=batch_size, depth=depth, queries=queries, progress=show,
-                          use_cache=cache, baseline=baseline)
+                          use_cache=cache, baseline=baseline, ray=ray,
+                          plugins=click.get_current_context().meta.get(PLUGINS_META, ()))
     except ParameterError as error:  # a --set or --sweep value, written as on the command line
         raise UserError(error.message(lambda name, value: _set_label(name, value)[len("--set "):])) from None
     if runs_dir is not None:
@@ -479,6 +486,7 @@ def demo(queries: tuple[str, ...], filter_json: str | None, mode: str | None, tr
 from irflow.cli.trace import trace  # noqa: E402  (the "trace" group lives in its own module)
 
 main.add_command(trace)
+main.add_command(shard_command)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -22,7 +22,10 @@ import click
 
 from irflow.engine.kinds import module_from_file
 
-__all__ = ["plugin_option", "load_plugin"]
+__all__ = ["plugin_option", "load_plugin", "PLUGINS_META"]
+
+#: Where the plugins a command imported are listed, in ``click.Context.meta``.
+PLUGINS_META = "irflow.plugins"
 
 
 def _from_file(path: Path) -> ModuleType:
@@ -67,6 +70,7 @@ def _load(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> 
                 where = f" ({error.filename}, line {error.lineno})"
             raise click.BadParameter(f"cannot import {name!r}: {type(error).__name__}: {error}{where}",
                                      ctx=ctx, param=param) from None
+    ctx.meta.setdefault(PLUGINS_META, []).extend(values)  # for processes that must import them too (eval --ray)
     return tuple(values)
 
 

@@ -56,6 +56,7 @@ from irflow.engine.executor import StageCache
 from irflow.evaluation.cache import corpus_for
 from irflow.evaluation.datasets import Collection, load_beir
 from irflow.evaluation.metrics import EvaluationError, Metric, Qrels, Run, parse_metrics, per_query
+from irflow.evaluation.on_ray import evaluate_batches_on_ray
 from irflow.evaluation.plans import Plan
 from irflow.evaluation.plans import plan as plan_systems
 from irflow.evaluation.results import Comparisons, Evaluation, SystemResult
@@ -211,6 +212,36 @@ def _run_plans(plans: Sequence[Plan], corpus: Any, queries: Mapping[str, str], *
     return runs, seconds
 
 
+def _run_plans_on_ray(address: str, plans: Sequence[Plan], source: Any, embedder: Any, queries: Mapping[str, str],
+                      *, batch_size: int, cache_size: int | None, plugins: Sequence[str],
+                      progress: str | None) -> tuple[list[dict[str, dict[str, float]]], list[float]]:
+    """:func:`_run_plans` with the same batches mapped over Ray actors, gathered back in query order."""
+    batches = [([queries[q] for q in batch], list(batch)) for batch in _batches(list(queries), batch_size)]
+    runs: list[dict[str, dict[str, float]]] = [{} for _ in plans]
+    seconds = [0.0] * len(plans)
+    bar = None
+    if progress is not None:
+        from tqdm.auto import tqdm  # lazily: only when asked, a bar is for interactive use
+
+        bar = tqdm(total=len(queries) * len(plans), desc=progress, unit="query")
+
+    def advance(n_queries: int) -> None:
+        if bar is not None:
+            bar.update(n_queries * len(plans))
+
+    try:
+        done = evaluate_batches_on_ray(address, source, embedder, plans, batches, _RunBuilder, plugins=plugins,
+                                       cache_size=cache_size, on_batch=advance)
+    finally:
+        if bar is not None:
+            bar.close()
+    for per_system in done:
+        for i, (run, spent) in enumerate(per_system):
+            runs[i].update(run)
+            seconds[i] += spent
+    return runs, seconds
+
+
 def evaluate(
     recipes: Any,
     dataset: str | os.PathLike[str] | Collection,
@@ -230,6 +261,8 @@ def evaluate(
     use_cache: bool = True,
     baseline: Any = None,
     stage_cache: StageCache | None = None,
+    ray: str | None = None,
+    plugins: Sequence[str] = (),
 ) -> Evaluation:
     """Run recipes over a collection's judged queries and measure them.
 
@@ -251,6 +284,9 @@ def evaluate(
       becomes the default of :meth:`Evaluation.compare`.
     - ``stage_cache``: share a StageCache (default: a new one, bounded to
       about one batch of stage outputs).
+    - ``ray``: run the query batches on a pool of Ray actors (``"auto"``: a
+      local cluster, or an address), with the same figures; ``plugins`` are
+      imported in every actor first (see :mod:`irflow.evaluation.on_ray`).
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise EvaluationError(f"batch_size must be a positive integer, got {batch_size!r}")
@@ -270,8 +306,13 @@ def evaluate(
         # LRU bound: every stage of every recipe once, so the first-stage outputs of the current batch
         # (touched by every setting) stay while older settings' and batches' outputs are dropped
         stage_cache = StageCache(maxsize=sum(len(p.recipe.stages) for p in plans) + len(plans))
-    runs, seconds = _run_plans(plans, corpus, chosen, batch_size=batch_size, stage_cache=stage_cache,
-                               progress=f"evaluating {collection.name}" if progress else None)
+    title = f"evaluating {collection.name}" if progress else None
+    if ray is None:
+        runs, seconds = _run_plans(plans, corpus, chosen, batch_size=batch_size, stage_cache=stage_cache,
+                                   progress=title)
+    else:
+        runs, seconds = _run_plans_on_ray(ray, plans, source, embedder, chosen, batch_size=batch_size,
+                                          cache_size=stage_cache.maxsize, plugins=plugins, progress=title)
     systems = tuple(_system(plan.label, plan.recipe.name, plan.params, runs[i], qrels, parsed, seconds[i])
                     for i, plan in enumerate(plans))
     return Evaluation(collection.name, collection.split, tuple(str(m) for m in parsed), the_depth, qrels, systems,

@@ -201,7 +201,8 @@ class Postings:
         cache miss per step.  Scoring a common term over every row also reads
         its column contiguously instead of scattering its postings.
         """
-        return self.derived.get_or_make("head", self._make_head_columns)
+        head: tuple[np.ndarray, np.ndarray] = self.derived.get_or_make("head", self._make_head_columns)
+        return head
 
     def _make_head_columns(self) -> tuple[np.ndarray, np.ndarray]:
         df = self.document_frequencies()

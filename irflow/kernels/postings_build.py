@@ -32,13 +32,15 @@ from typing import Any, Callable, ContextManager, Iterable, Sequence
 
 import numpy as np
 
+from irflow.errors import IrflowError
+
 __all__ = ["build_arrays", "CHUNK_ROWS"]
 
 #: Rows per chunk: at 60 tokens a row, 16k rows are ~1M tokens, an 8 MB key array.
 CHUNK_ROWS = 16384
 
 
-class _Vocab(dict):
+class _Vocab(dict[str, int]):
     """term -> id, assigning the next id to an unseen term on lookup."""
 
     def __missing__(self, term: str) -> int:
@@ -130,16 +132,18 @@ def _term_major(n_terms: int, lengths_parts: list[np.ndarray], counts_parts: lis
     first_row, at = 0, 0
     for i, part_counts in enumerate(counts_parts):
         terms, tfs = terms_parts[i], tfs_parts[i]
+        if terms is None or tfs is None:
+            raise IrflowError(f"postings build: chunk {i} was already placed and freed")
         terms_parts[i] = tfs_parts[i] = None  # freed as soon as placed
-        size = terms.size  # type: ignore[union-attr]
+        size = terms.size
         rows = np.repeat(np.arange(first_row, first_row + part_counts.size, dtype=np.int32), part_counts)
         order = np.argsort(terms, kind="stable")  # a term's pairs stay in row order
-        ordered = terms[order]  # type: ignore[index]
+        ordered = terms[order]
         # position = where the term's postings continue + rank among its pairs in this chunk
         rank = np.arange(size, dtype=np.int64) - np.searchsorted(ordered, ordered)
         destination = cursor[ordered] + rank
         post_rows[destination] = rows[order]
-        post_tfs[destination] = tfs[order]  # type: ignore[index]
+        post_tfs[destination] = tfs[order]
         cursor += np.bincount(ordered, minlength=n_terms)
         row_terms[at:at + size] = terms
         at += size

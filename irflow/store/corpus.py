@@ -164,6 +164,11 @@ class Corpus:
         return None if self._embedder_info is None else self._embedder_info.spec
 
     @property
+    def embedder_info(self) -> EmbedderInfo | None:
+        """What the manifest records about the vectors (spec, dim, where they came from); None when lexical-only."""
+        return self._embedder_info
+
+    @property
     def embedder(self) -> Embedder | None:
         """The query embedder, resolved on first access (None when there is none to restore)."""
         if not self._embedder_resolved:

@@ -55,6 +55,10 @@ def records_for_artifact(store_or_corpus_or_name: Any, artifact_id: str, *, surf
     out-of-band ``delete_record``), which is data corruption, not a miss.
     A known artifact with no surface of *surface_kind* yields ``[]``.
     """
+    own = getattr(store_or_corpus_or_name, "records_for_artifact", None)
+    if own is not None:  # a corpus with its own lookup (a sharded one asks the shard holding the artifact)
+        found: list[Record] = own(artifact_id, surface_kind=surface_kind)
+        return found
     store = resolve_store(store_or_corpus_or_name)
     try:
         record_ids = store.ledger[artifact_id]

@@ -208,7 +208,7 @@ class CandidateMasks:
             if (path, "field") in self._warned or (self.columns.column(path).present & live).any():
                 continue
             if self._first_warning("field", path):
-                known = _field_paths(self.store.metadata[i] for i in np.flatnonzero(live))
+                known = _field_paths(self.store.metadata[i] for i in np.flatnonzero(live).tolist())
                 listing = ", ".join(known[:20]) + (f", ... ({len(known)} fields)" if len(known) > 20 else "")
                 warnings.warn(UnknownFieldWarning(
                     f"filter: no record of {self.label} has the field {path!r}{_closest_hint(path, known)}, "

@@ -85,8 +85,9 @@ def _prepare(postings: Postings, mask: np.ndarray | None, params: BM25Params,
     corpus_key = None if corpus_mask is None else postings.known_digest(corpus_mask)
     if (mask is None or mask_key is not None) and (corpus_mask is None or corpus_key is not None):
         stats_mask = mask if params.stats == "candidates" else corpus_mask
-        return postings.stats_cache.get_or_make(
+        scorer: _Scorer = postings.stats_cache.get_or_make(
             ("scorer", params, mask_key, corpus_key), lambda: _Scorer(postings, params, mask, stats_mask))
+        return scorer
     mask = _check_mask(mask, postings.n_rows, "mask")
     corpus_mask = _check_mask(corpus_mask, postings.n_rows, "corpus_mask")
     stats_mask = mask if params.stats == "candidates" else corpus_mask

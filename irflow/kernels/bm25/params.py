@@ -24,14 +24,14 @@ DEFAULT_DELTA: dict[str, float] = {"bm25l": 0.5, "bm25plus": 1.0}
 
 
 def _choice(options: tuple[str, ...]) -> Any:
-    def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if value not in options:
             raise BM25ParamError(f"bm25 {attribute.name} must be one of {', '.join(options)}; got {value!r}")
     return check
 
 
 def _number(low: float | None = None, high: float | None = None, optional: bool = False) -> Any:
-    def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if value is None and optional:
             return
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \

@@ -103,7 +103,8 @@ def _norms(postings: Postings, stats: _Stats, params: BM25Params) -> tuple[np.nd
             norms = params.k1 * norms
         return norms, bool(norms.min(initial=1.0) > 0)
 
-    return postings.norm_cache.get_or_make(key, make)
+    norms: tuple[np.ndarray, bool] = postings.norm_cache.get_or_make(key, make)
+    return norms
 
 
 class _Scorer:
@@ -211,12 +212,13 @@ class _Scorer:
         if supplied is None:
             df = self._df(lo, hi, column) if hi > lo else 0
         else:
-            df = supplied.df.get(token)
-            if df is None:
+            supplied_df = supplied.df.get(token)
+            if supplied_df is None:
                 raise IrflowError(
                     f"the supplied bm25 statistics have no document frequency for query token {token!r}; "
                     "compute them for every distinct token of the batch (partial_stats / combine_stats)"
                 )
+            df = supplied_df
         if df == 0:
             return 0, lo, hi, column, 0.0, 0.0
         idf = _idf(self.params, self.stats.n_docs, df, self._mean_idf_for(token))
@@ -244,7 +246,7 @@ class _Scorer:
     def kept(self) -> np.ndarray:
         """Ascending candidate rows (computed on first need)."""
         if self._kept is None:
-            mask, p = self.mask, self.postings
+            mask, p = self._candidate_mask(), self.postings
             # cached per candidate set: a corpus's masks are digested once (Postings.remember_mask)
             self._kept = p.stats_cache.get_or_make(("kept", p.mask_digest(mask)), lambda: np.flatnonzero(mask))
         return self._kept
@@ -278,8 +280,14 @@ class _Scorer:
         """Number of candidate rows (from the cached statistics when they are the candidates')."""
         if self._n_kept is None:
             self._n_kept = self.stats.n_docs if self.stats_mask is self.mask \
-                else int(np.count_nonzero(self.mask))
+                else int(np.count_nonzero(self._candidate_mask()))
         return self._n_kept
+
+    def _candidate_mask(self) -> np.ndarray:
+        """The candidate mask, for what only a masked scorer asks (``kept``, ``n_kept``: see ``_via_column``)."""
+        if self.mask is None:
+            raise IrflowError("bm25 scorer: the candidate rows were asked of a scorer without a candidate mask")
+        return self.mask
 
     def _via_column(self, term: _Term) -> bool:
         """Read this term from its head column at the candidate rows, not from its postings.
@@ -332,8 +340,9 @@ class _Scorer:
         scale = weight * (self.k1 + 1.0)
         if self.variant == "bm25l":
             ctd = tfs / norms
-            return scale * tfs * (ctd + self.delta) / (self.k1 + ctd + self.delta)
-        out = tfs * scale
+            saturated: np.ndarray = scale * tfs * (ctd + self.delta) / (self.k1 + ctd + self.delta)
+            return saturated
+        out: np.ndarray = tfs * scale
         out /= norms + tfs  # okapi and bm25plus share the saturation term
         return out
 
@@ -348,7 +357,7 @@ class _Scorer:
         if compiled is not None:
             return self._compiled_top(compiled, terms, k, constant)
         rows, scores = self._pruned(terms, k, constant) if self.prune_ok and len(terms) > 1 else (None, None)
-        if rows is None:
+        if rows is None or scores is None:  # both or neither
             rows, scores = self._scores(terms)
         if constant:
             # before selecting: sums that differ can round to one score once it is
@@ -382,11 +391,12 @@ class _Scorer:
         mask = _NO_ROWS_MASK if self.mask is None else self.mask
         kept, kept_head, kept_norms = (self.kept, self.kept_head, self.kept_norms) if via else \
             (_NO_ROWS, _empty_columns(self.head), _NO_NORMS)
-        return compiled.topk(
+        top: tuple[np.ndarray, np.ndarray] = compiled.topk(
             _ro(np.array(ints, dtype=np.int64)), _ro(np.array(floats, dtype=np.float64)), _ro(p.post_rows),
             _ro(p.post_tfs), _ro(self.norms), _ro(self.head), _ro(mask), _ro(kept), _ro(kept_head),
             _ro(kept_norms), int(k), 1 if self.variant == "bm25l" else 0, float(self.k1), float(self.delta),
             float(constant), _PRUNE_MARGIN, bool(self.prune_ok), int(kernel.COMPILED_BLOCK or compiled.BLOCK))
+        return top
 
     def _is_dense(self, term: _Term) -> bool:
         return self.dense_ok and self.size(term) > DENSE_TERM_FRACTION * self.postings.n_rows

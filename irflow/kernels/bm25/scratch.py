@@ -19,7 +19,7 @@ class _Scratch:
     def __init__(self, n_rows: int) -> None:
         self.scores = np.zeros(n_rows, dtype=np.float64)
         self.seen = np.zeros(n_rows, dtype=bool)
-        self.pos = np.full(n_rows, -1, dtype=np.int32 if n_rows < 2**31 else np.int64)
+        self.pos: np.ndarray = np.full(n_rows, -1, dtype=np.int32 if n_rows < 2**31 else np.int64)
         self.tf = np.zeros(n_rows, dtype=np.float64)
         self.hit = np.zeros(n_rows, dtype=bool)
         self.work = np.zeros(n_rows, dtype=np.float64)

@@ -35,7 +35,7 @@ def _frozen_counts(value: Mapping[str, int] | None) -> Mapping[str, int] | None:
     return None if value is None else MappingProxyType({str(t): int(c) for t, c in dict(value).items()})
 
 
-def _non_negative(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _non_negative(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
         raise IrflowError(f"bm25 statistics: {attribute.name} must be an integer >= 0, got {value!r}")
 
@@ -128,7 +128,7 @@ class _Stats:
 
     __slots__ = ("key", "n_docs", "total_length", "mean_okapi_idf", "df_cache", "supplied")
 
-    def __init__(self, key: tuple, n_docs: int, total_length: int,
+    def __init__(self, key: tuple[Any, ...], n_docs: int, total_length: int,
                  supplied: BM25Stats | None = None) -> None:
         self.key = key
         self.n_docs = n_docs
@@ -147,13 +147,15 @@ class _Stats:
 def _stats(postings: Postings, rows_mask: np.ndarray | None) -> _Stats:
     """Cached statistics of the rows in ``rows_mask`` (None: every row)."""
     if rows_mask is None:
-        key: tuple = ("all",)
-        return postings.stats_cache.get_or_make(
+        key: tuple[Any, ...] = ("all",)
+        every: _Stats = postings.stats_cache.get_or_make(
             key, lambda: _Stats(key, postings.n_rows, int(postings.doc_lengths.sum(dtype=np.int64))))
+        return every
     key = ("mask", postings.mask_digest(rows_mask))
-    return postings.stats_cache.get_or_make(
+    within: _Stats = postings.stats_cache.get_or_make(
         key, lambda: _Stats(key, int(np.count_nonzero(rows_mask)),
                             int(postings.doc_lengths[rows_mask].sum(dtype=np.int64))))
+    return within
 
 
 def _document_frequencies(postings: Postings, rows_mask: np.ndarray | None) -> np.ndarray:

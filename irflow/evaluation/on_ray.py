@@ -1,0 +1,121 @@
+"""Batch evaluation on a Ray cluster: an evaluation's query batches mapped over actors, with the same figures.
+
+``evaluate(..., ray="auto")`` (``irflow eval --ray auto``) runs every batch
+of queries through every system on a pool of Ray actors — one per CPU of
+the cluster — instead of one after the other in this process.  Each actor
+opens the evaluation's corpus from the on-disk cache (memory-mapped: the
+actors of a machine share its pages) and runs the recipes with its own
+stage cache; this process gathers the rankings batch by batch, in query
+order, and measures them as without Ray.  The figures are the same: a
+query's ranking does not depend on its batch or its process (the kernels
+are exact), and the metrics are computed here from the same rankings.
+
+What a recipe names must exist in the actors too: the ``irflow.engine.registry``
+entries of this process are sent along (entries Ray cannot serialize are
+left out, and a recipe needing one fails naming it), and ``plugins``
+(``--plugin``: modules registering stage kinds or entries) are imported in
+every actor first.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from irflow.engine import registry
+from irflow.engine.executor import StageCache
+from irflow.engine.kinds import module_from_file
+from irflow.evaluation.cache import CorpusSource
+from irflow.evaluation.metrics import EvaluationError
+from irflow.shard.ray_backend import connect, map_on_actors
+from irflow.store.corpus import open_corpus
+
+__all__ = ["evaluate_batches_on_ray"]
+
+log = logging.getLogger(__name__)
+
+
+def _import_plugin(name: str, cwd: str) -> None:
+    """A plugin as the CLI imports it: a ``.py`` path, or a module name (also looked up in the driver's cwd)."""
+    if name.endswith(".py") or os.sep in name:
+        path = Path(name) if os.path.isabs(name) else Path(cwd) / name
+        if path.stem not in sys.modules:
+            module_from_file(path.stem, path)
+        return
+    if cwd not in sys.path:
+        sys.path.append(cwd)
+    importlib.import_module(name)
+
+
+class _EvalServer:
+    """One actor of the pool: the corpus opened once, the systems run on each batch sent."""
+
+    def __init__(self, corpus_path: str, embedder: Any, plans: Sequence[Any], entries: dict[str, Any],
+                 plugins: Sequence[str], cwd: str, cache_size: int | None, builder: Callable[[Any], Any]) -> None:
+        for plugin in plugins:
+            _import_plugin(plugin, cwd)
+        for name, obj in entries.items():
+            registry.register(name, obj, replace=True)
+        self.corpus = open_corpus(corpus_path, embedder=embedder)
+        self.plans = plans
+        self.builder = builder(self.corpus)
+        self.cache = StageCache(maxsize=cache_size)
+
+    def run(self, texts: list[str], qids: list[str]) -> list[tuple[dict[str, dict[str, float]], float]]:
+        """Every system on one batch: (its run for these queries, seconds) per system."""
+        out = []
+        for plan in self.plans:
+            start = time.perf_counter()
+            result = plan.recipe.run(self.corpus, texts, cache=self.cache, **plan.params)
+            run: dict[str, dict[str, float]] = {}
+            self.builder.add(result, qids, run)
+            out.append((run, time.perf_counter() - start))
+        return out
+
+
+def _registry_entries(serializable: Callable[[Any], bool]) -> dict[str, Any]:
+    entries = {}
+    for name in registry.names():
+        obj = registry.lookup(name)
+        if serializable(obj):
+            entries[name] = obj
+        else:
+            log.info("irflow.engine.registry entry %r cannot be sent to Ray actors; recipes naming it fail there", name)
+    return entries
+
+
+def evaluate_batches_on_ray(address: str, source: CorpusSource, embedder: Any, plans: Sequence[Any],
+                            batches: Sequence[tuple[list[str], list[str]]], builder: Callable[[Any], Any], *,
+                            plugins: Sequence[str] = (),
+                            cache_size: int | None = 64, on_batch: Callable[[int], None] | None = None,
+                            ) -> list[list[tuple[dict[str, dict[str, float]], float]]]:
+    """Run ``plans`` on every ``(texts, qids)`` batch on a pool of actors; per batch, (run, seconds) per system.
+
+    ``source`` must be an on-disk corpus (the actors open it by path);
+    ``builder(corpus)`` turns results into runs (``evaluate``'s, passed in
+    so this module need not import the harness that imports it);
+    ``on_batch(n_queries)`` is called as each batch finishes.
+    """
+    if source.path is None:
+        raise EvaluationError("evaluating on Ray needs the corpus on disk, where the actors open it, but this one was "
+                              "built in memory (the cache is off, or the embedder is a callable): evaluate with the "
+                              "cache on (drop --no-cache / use_cache=False) and a named embedder")
+    ray = connect(address)  # Ray is an extra, imported only now
+
+    def serializable(obj: Any) -> bool:
+        try:
+            ray.cloudpickle.dumps(obj)
+        except Exception:  # anything Ray's serializer refuses
+            return False
+        return True
+
+    spec = embedder if isinstance(embedder, str) or embedder is None else getattr(embedder, "spec", None)
+    init = (str(source.path), spec, list(plans), _registry_entries(serializable), list(plugins), os.getcwd(),
+            cache_size, builder)
+    done = None if on_batch is None else (lambda i, _: on_batch(len(batches[i][1])))
+    return map_on_actors(_EvalServer, init, "run", batches, address=address, on_done=done)

@@ -1,0 +1,300 @@
+"""Sharded corpora on a real local Ray cluster: the same answers, faults, eval --ray, and a contained cluster.
+
+One cluster for the whole session (starting one costs 10-15 s here): the
+``cluster`` fixture starts it the way irflow does for ``ray="auto"`` and
+every test reuses it.  Skipped cleanly when ray is not installed.  The
+phase and merge logic is tested in-process (tests/test_sharded.py); here
+the same answers must come back across process boundaries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
+import irflow
+from irflow.cli import main as cli
+from irflow.store.corpus import build
+from irflow.errors import CorpusError, ShardUnavailableError
+from irflow.engine.recipe import builtin_recipes, load_recipe
+from irflow.shard import ShardedCorpus, shard
+from shard_corpus import assert_same_result, records
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.ray
+
+QUERIES = ["fast python parser", "graph network tool", "sql schema query", "http client json cache"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A contained local cluster started by irflow (IRFLOW_HOME and HOME are temporary folders)."""
+    from irflow.shard import ray_backend
+
+    if ray.is_initialized():
+        ray.shutdown()
+    saved = {key: os.environ.get(key) for key in ("IRFLOW_HOME", "HOME")}
+    home = Path(tempfile.mkdtemp(prefix="irfh"))  # short: Ray's socket paths live under it
+    user = Path(tempfile.mkdtemp(prefix="irfu"))  # the user's HOME: Ray must write nothing there
+    os.environ["IRFLOW_HOME"], os.environ["HOME"] = str(home), str(user)
+    seen = {}
+    real_init = ray.init
+
+    def spy(*args, **kwargs):  # what irflow set while Ray started
+        seen["env"] = {key: os.environ.get(key) for key in [*ray_backend.CONTAINED_ENV, "HOME"]}
+        seen["kwargs"] = kwargs
+        return real_init(*args, **kwargs)
+
+    ray.init = spy
+    try:
+        ray_backend.connect("auto", num_cpus=2)
+    finally:
+        ray.init = real_init
+    yield {"home": home, "user": user, "seen": seen}
+    ray_backend.shutdown()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def corpora(cluster, tmp_path_factory):
+    single = build(records(interleave=True), embedder="hash", name="toys")
+    root = tmp_path_factory.mktemp("ray") / "toys.sharded"
+    shard(single, 3, root).close()
+    sharded = irflow.open_corpus(root, ray="auto")
+    yield single, sharded, root
+    sharded.close()
+
+
+# -- contained and offline ----------------------------------------------------------------------------
+
+
+def _ray_pids() -> list[int]:
+    """This process's descendants (the cluster irflow started: gcs, raylet, workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        for child in children.get(pid, []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _addresses(pids: list[int]) -> list[tuple[str, str, str]]:
+    """(local, remote, state) of every TCP/UDP socket these processes hold, from /proc (hex decoded)."""
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            continue
+
+    def decode(value: str, v6: bool) -> str:
+        address, _ = value.split(":")
+        raw = bytes.fromhex(address)
+        if not v6:
+            return socket.inet_ntop(socket.AF_INET, raw[::-1])
+        return socket.inet_ntop(socket.AF_INET6, b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4)))
+
+    found = []
+    for table in ("tcp", "tcp6", "udp", "udp6"):
+        try:
+            lines = Path(f"/proc/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[9] in inodes:
+                v6 = table.endswith("6")
+                found.append((decode(fields[1], v6), decode(fields[2], v6), fields[3]))
+    return found
+
+
+def _loopback_or_unset(address: str) -> bool:
+    return address in ("0.0.0.0", "::", "::1") or address.startswith(("127.", "::ffff:127."))
+
+
+def test_the_cluster_irflow_starts_is_contained(cluster, corpora):
+    seen = cluster["seen"]
+    assert seen["env"] == {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
+                           "RAY_AUTH_MODE": "disabled", "HOME": str(cluster["home"] / "ray" / "home")}
+    assert (cluster["home"] / "ray" / "home" / "ray_bootstrap_config.yaml").read_text() == ""
+    assert seen["kwargs"]["_temp_dir"] == str(cluster["home"] / "ray")
+    assert seen["kwargs"]["num_cpus"] == 2 and seen["kwargs"]["_node_ip_address"] == "127.0.0.1"
+    # the environment is restored for this process; Ray's sessions live under $IRFLOW_HOME/ray
+    assert os.environ["HOME"] == str(cluster["user"]) and "RAY_AUTH_MODE" not in os.environ
+    assert any(p.name.startswith("session_") for p in (cluster["home"] / "ray").iterdir())
+    assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
+    # no auth token written, neither in the user's HOME nor in the one Ray saw
+    assert not (cluster["user"] / ".ray").exists()
+    assert not (cluster["home"] / "ray" / "home" / ".ray" / "auth_token").exists()
+    # every socket of every process of the cluster is bound to loopback, and talks to loopback only
+    pids = _ray_pids()
+    assert len(pids) >= 3  # gcs, raylet, a worker at least
+    sockets = _addresses(pids)
+    assert sockets and all(_loopback_or_unset(local) for local, _, _ in sockets), sockets
+    assert all(_loopback_or_unset(remote) for _, remote, _ in sockets), sockets
+
+
+# -- the same answers across processes ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", builtin_recipes())
+def test_every_builtin_recipe_on_ray(corpora, name):
+    single, sharded, _ = corpora
+    assert sharded.backend.description.startswith("ray")
+    params = {"k": 4, "filter": {"lang": "py"}} if name != "dense" else {"k": 30}
+    assert_same_result(load_recipe(name).run(single, QUERIES, trace=True, **params),
+                       load_recipe(name).run(sharded, QUERIES, trace=True, **params))
+
+
+def test_search_bm25_variants_and_surfaces_on_ray(corpora):
+    single, sharded, _ = corpora
+    for bm25 in ({"variant": "okapi"}, {"variant": "bm25l", "stats": "corpus"}, {"variant": "bm25plus"}):
+        for surfaces in (None, ["readme_chunk", "deps"]):
+            params = dict(mode="hybrid", bm25=bm25, surfaces=surfaces, k=12, filter={"owner": "bob"},
+                          formulate=lambda q: [q, "python data"])
+            a, b = irflow.search(single, "graph parser", **params), irflow.search(sharded, "graph parser", **params)
+            assert [(h.record_id, h.score.hex()) for h in a] == [(h.record_id, h.score.hex()) for h in b]
+
+
+# -- faults ---------------------------------------------------------------------------------------------
+
+
+def test_a_shard_killed_mid_batch_is_restarted_and_the_batch_retried(corpora, tmp_path):
+    single, sharded, _ = corpora
+    actor = sharded.backend.actors[1]
+    marker = tmp_path / "paused"
+    pid, _ = ray.get(actor.call.remote("arm_pause", "dense", 60.0, str(marker)))
+    out = {}
+    runner = threading.Thread(target=lambda: out.setdefault("r", load_recipe("hybrid").run(sharded, QUERIES)))
+    runner.start()
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert time.monotonic() < deadline, "the shard never started the batch"
+        time.sleep(0.05)
+    assert int(marker.read_text()) == pid
+    os.kill(pid, signal.SIGKILL)  # the shard's process dies in the middle of the batch
+    runner.join(120)
+    assert not runner.is_alive()
+    assert_same_result(load_recipe("hybrid").run(single, QUERIES), out["r"])
+    info, _ = ray.get(actor.call.remote("info"))
+    assert info["pid"] != pid  # restarted (and reopened its shard)
+
+
+def test_a_shard_that_stays_dead_gives_no_answer(corpora):
+    _, _, root = corpora
+    with irflow.open_corpus(root, ray="auto") as sharded:
+        ray.kill(sharded.backend.actors[2], no_restart=True)
+        with pytest.raises(ShardUnavailableError, match="shard 2 is unavailable"):
+            irflow.search(sharded, "python", mode="hybrid")
+
+
+def test_a_damaged_shard_on_ray_names_the_shard_and_the_file(cluster, tmp_path):
+    root = tmp_path / "bad.sharded"
+    shard(build(records(9), embedder="hash"), 3, root).close()
+    (vectors,) = root.glob("shard-002/gen-*/vectors.npy")
+    data = bytearray(vectors.read_bytes())
+    data[-3] ^= 0x55
+    vectors.write_bytes(bytes(data))
+    with pytest.raises(CorpusError, match=r"shard 2 \(.*shard-002\).*vectors\.npy"):
+        ShardedCorpus.open(root, ray="auto")
+
+
+# -- the command line: run --ray, eval --ray ---------------------------------------------------------
+
+
+def test_cli_shard_and_run_on_ray(corpora, tmp_path):
+    single, _, _ = corpora
+    plain = tmp_path / "plain"
+    build(records(interleave=True), embedder="hash", name="toys", path=plain)
+    runner = CliRunner()
+    done = runner.invoke(cli, ["shard", str(plain), "--shards", "2", "--out", str(tmp_path / "s"), "--json"])
+    assert done.exit_code == 0, done.output
+    assert [s["dir"] for s in json.loads(done.output)["shards"]] == ["shard-000", "shard-001"]
+    args = ["run", "hybrid", "-q", "sql parser", "-q", "graph tool", "--json", "--explain", "2"]
+    here = runner.invoke(cli, [*args, "--corpus", str(plain)])
+    there = runner.invoke(cli, [*args, "--corpus", str(tmp_path / "s"), "--ray", "auto"])
+    assert here.exit_code == 0 and there.exit_code == 0, there.output
+    assert json.loads(here.output)["queries"] == json.loads(there.output)["queries"]
+
+
+def _collection(root: Path) -> Path:
+    """A small BEIR-format collection: documents from the test records, judged queries."""
+    root.mkdir()
+    docs = records(20, seed=3)
+    with open(root / "corpus.jsonl", "w") as out:
+        for i, r in enumerate(docs):
+            out.write(json.dumps({"_id": f"d{i}", "title": r["artifact_id"], "text": r["text"]}) + "\n")
+    queries = {f"q{i}": q for i, q in enumerate(QUERIES + ["python data", "archive file", "vector index search"])}
+    with open(root / "queries.jsonl", "w") as out:
+        for qid, text in queries.items():
+            out.write(json.dumps({"_id": qid, "text": text}) + "\n")
+    (root / "qrels").mkdir()
+    rng = np.random.default_rng(1)
+    with open(root / "qrels" / "test.tsv", "w") as out:
+        out.write("query-id\tcorpus-id\tscore\n")
+        for qid in queries:
+            for d in rng.choice(len(docs), size=4, replace=False).tolist():
+                out.write(f"{qid}\td{d}\t{int(rng.integers(1, 3))}\n")
+    return root
+
+
+def test_eval_on_ray_gives_the_same_figures(cluster, tmp_path):
+    data = _collection(tmp_path / "mini")
+    runner = CliRunner()
+    args = ["eval", "lexical", "hybrid", "--dataset", str(data), "--embedder", "hash", "--batch-size", "2",
+            "--sweep", "k=5,10", "--json"]
+    here = runner.invoke(cli, args)
+    there = runner.invoke(cli, [*args, "--ray", "auto", "--progress"])
+    assert here.exit_code == 0, here.output
+    assert there.exit_code == 0, there.output
+    figures = json.loads(here.stdout)
+    assert json.loads(there.stdout) == figures
+    assert len(figures["systems"]) == 4
+    assert "evaluating mini" in there.stderr and f"{4 * 7}/{4 * 7}" in there.stderr  # progress, every batch
+    # the Python API: the same runs, query by query
+    plain = irflow.evaluate(["lexical", "dense"], data, embedder="hash", batch_size=3)
+    on_ray = irflow.evaluate(["lexical", "dense"], data, embedder="hash", batch_size=3, ray="auto")
+    assert [s.run for s in plain.systems] == [s.run for s in on_ray.systems]
+    assert plain.to_dict() == on_ray.to_dict()
+
+
+def test_an_address_joins_that_cluster_untouched(cluster, monkeypatch):
+    from irflow.shard import ray_backend
+
+    calls = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append((kwargs, dict(os.environ))))
+    before = dict(os.environ)
+    ray_backend.connect("10.1.2.3:6379")
+    ((kwargs, env),) = calls
+    assert kwargs["address"] == "10.1.2.3:6379" and "_temp_dir" not in kwargs and "num_cpus" not in kwargs
+    assert env == before  # no setting of irflow's: the cluster's own apply
+    with pytest.raises(TypeError, match="apply to a cluster irflow starts"):
+        ray_backend.connect("10.1.2.3:6379", num_cpus=2)
