@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import zlib
 from pathlib import Path
 from typing import Any, Callable
 
@@ -52,13 +53,18 @@ def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
+def _file_digest(entry: dict, data: bytes) -> dict:
+    """A manifest entry's checksum recomputed by its own algorithm: crc32 (this release) or blake2b (earlier)."""
+    return {"crc32": f"{zlib.crc32(data):08x}"} if "crc32" in entry else {"blake2b": _digest(data)}
+
+
 def _reseal(root: Path, change: Callable[[dict], None] | None = None) -> None:
     """Recompute every listed file's size and checksum, apply *change* to the manifest, then reseal it in CURRENT."""
     gen = _gen(root)
     manifest = json.loads((gen / "manifest.json").read_text())
     for name, entry in manifest["files"].items():
         data = (gen / name).read_bytes()
-        entry.update(bytes=len(data), blake2b=_digest(data))
+        entry.update(bytes=len(data), **_file_digest(entry, data))
     if change is not None:
         change(manifest)
     raw = json.dumps(manifest).encode()

@@ -156,3 +156,66 @@ def test_edges_and_errors() -> None:
 def test_gather_thresholds_grow_with_the_batch() -> None:
     assert gather_fraction(1) <= gather_fraction(4) <= gather_fraction(64)
     assert 0 < gather_fraction(1) < 1
+
+
+@contextlib.contextmanager
+def tiling(rows: int, budget: int) -> Iterator[None]:
+    """Tiles of ``rows`` rows and a candidate budget of ``budget`` entries (the floors rise often)."""
+    names = ("TILE_SCORES", "TILE_MIN_ROWS", "CANDIDATE_BUDGET")
+    saved = [getattr(dense_module, name) for name in names]
+    for name, value in zip(names, (rows, rows, budget)):
+        setattr(dense_module, name, value)
+    try:
+        yield
+    finally:
+        for name, value in zip(names, saved):
+            setattr(dense_module, name, value)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), tile=st.sampled_from([1, 3, 16, 100, 1 << 20]),
+       budget=st.sampled_from([1, 50, 1 << 12]), q=st.sampled_from([2, 9, 40]), k=st.sampled_from([1, 5, 30]),
+       keep=st.sampled_from([None, 0.05, 0.5, 1.0]), ties=st.booleans(), plan_name=st.sampled_from(["gather", "after"]))
+def test_tiled_batches_give_the_rows_and_bits_of_single_queries(seed: int, tile: int, budget: int, q: int, k: int,
+                                                                 keep: float | None, ties: bool, plan_name: str) -> None:
+    # many tiles (k larger than a tile too), floors raised mid-stream, queries with and without hits in
+    # a tile: every query gets the rows and score bits it gets alone with the default tiles, which are
+    # the exact top k (rows by score desc, then row asc)
+    rng = np.random.default_rng(seed)
+    n, d = 600, 24
+    if ties:  # few distinct rows: exact ties straddle every cut
+        matrix = rng.integers(-1, 2, (8, d)).astype(np.float32)[rng.integers(0, 8, n)]
+    else:
+        matrix = rng.standard_normal((n, d)).astype(np.float32)
+        matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    queries = rng.standard_normal((q, d)).astype(np.float32)
+    queries[::3] = matrix[rng.integers(0, n, len(queries[::3]))]
+    mask = None if keep is None else rng.random(n) < keep
+    alone = [dense_topk(matrix, queries[i], mask, k).per_query(0) for i in range(q)]
+    with plan(plan_name), tiling(tile, budget):
+        top = dense_topk(matrix, queries, mask, k)
+    for i in range(q):
+        rows, scores = top.per_query(i)
+        assert rows.tolist() == alone[i][0].tolist()
+        assert scores.tobytes() == alone[i][1].tobytes()
+    assert [rows.tolist() for rows, _ in alone] == reference(matrix, queries, mask, k)
+
+
+def test_a_batch_never_holds_the_whole_score_matrix() -> None:
+    # 250k rows x 256 queries would be a 256 MB float32 score matrix; the tiles hold 4 MB at a time
+    import tracemalloc
+
+    rng = np.random.default_rng(3)
+    matrix = rng.standard_normal((250_000, 8)).astype(np.float32)
+    matrix.flags.writeable = False
+    queries = rng.standard_normal((256, 8)).astype(np.float32)
+    dense_topk(matrix, queries, None, 10)  # the norm bound, cached
+    tracemalloc.start()
+    try:
+        top = dense_topk(matrix, queries, None, 10)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, f"peak {peak / 2**20:.0f} MB"
+    scores = queries.astype(np.float64) @ matrix.astype(np.float64).T
+    assert top.per_query(7)[0].tolist() == np.argsort(-scores[7], kind="stable")[:10].tolist()

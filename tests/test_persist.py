@@ -11,11 +11,13 @@ import subprocess
 import sys
 import textwrap
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import irflow
 import irflow.store.corpus as corpus_module
 from irflow.store.corpus import Corpus, build, open_corpus
 from irflow.errors import CorpusError
@@ -79,7 +81,7 @@ def test_layout_and_manifest(root: Path) -> None:
     for name, entry in manifest["files"].items():
         data = (gen / name).read_bytes()
         assert entry["bytes"] == len(data)
-        assert entry["blake2b"] == hashlib.blake2b(data, digest_size=16).hexdigest()
+        assert entry["crc32"] == f"{zlib.crc32(data):08x}" and "blake2b" not in entry
     vectors = np.load(gen / "vectors.npy", mmap_mode="r", allow_pickle=False)
     assert vectors.shape == (18, 32) and vectors.dtype == np.float32
     # CURRENT pins the manifest too.
@@ -106,13 +108,54 @@ def test_truncated_file_raises_corpus_error_naming_it(root: Path, file: str) -> 
             open_corpus(root, verify=verify)
 
 
-@pytest.mark.parametrize("file", ["records.json", "vectors.npy", "postings.post_tfs.npy", "ledger.json"])
+@pytest.mark.parametrize("file", ["records.json", "postings.post_tfs.npy", "ledger.json", "vocab.json"])
 def test_altered_byte_raises_corpus_error_naming_it(root: Path, file: str) -> None:
     path = root / "gen-000001" / file
     data = bytearray(path.read_bytes())
     data[len(data) - 2] ^= 0x01
     path.write_bytes(bytes(data))
     with pytest.raises(CorpusError, match=rf"{file}.*checksum.*rebuild"):
+        open_corpus(root)
+
+
+def _flip_low_bit_of_a_vector(root: Path) -> None:
+    # the last bit of a float32 component: the norm stays within tolerance, only the checksum sees it
+    path = root / "gen-000001" / "vectors.npy"
+    data = bytearray(path.read_bytes())
+    data[len(data) - 4] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_altered_vectors_are_refused_on_first_dense_use(root: Path) -> None:
+    # opening maps the vectors and checks their size; their checksum is checked with their norms, on first
+    # dense use (a pass over the whole matrix an open does not need), and refused on every later use too
+    _flip_low_bit_of_a_vector(root)
+    corpus = open_corpus(root)
+    assert irflow.search(corpus, "json", mode="lexical")  # lexical search never reads the vectors
+    for _ in range(2):
+        with pytest.raises(CorpusError, match=r"gen-000001/vectors.npy does not match its checksum.*rebuild"):
+            irflow.search(corpus, "json", mode="dense")
+    assert irflow.search(open_corpus(root, verify=False), "json", mode="dense")  # no checksums asked
+
+
+def test_corpora_of_the_previous_release_still_open(root: Path) -> None:
+    # the previous release listed blake2b digests: such a corpus opens, verified with blake2b
+    before = [(h.record_id, h.score) for h in irflow.search(open_corpus(root), "json", mode="dense")]
+    gen = root / "gen-000001"
+    manifest = json.loads((gen / "manifest.json").read_text())
+    for name, entry in manifest["files"].items():
+        del entry["crc32"]
+        entry["blake2b"] = hashlib.blake2b((gen / name).read_bytes(), digest_size=16).hexdigest()
+    raw = json.dumps(manifest).encode()
+    (gen / "manifest.json").write_bytes(raw)
+    (root / "CURRENT").write_text(f"gen-000001 {hashlib.blake2b(raw, digest_size=16).hexdigest()}\n")
+    assert [(h.record_id, h.score) for h in irflow.search(open_corpus(root), "json", mode="dense")] == before
+    _flip_low_bit_of_a_vector(root)
+    with pytest.raises(CorpusError, match=r"vectors.npy does not match its checksum"):
+        irflow.search(open_corpus(root), "json", mode="dense")
+    records = gen / "records.json"
+    records.write_bytes(records.read_bytes().replace(b"pkg2", b"pkgX"))
+    with pytest.raises(CorpusError, match=r"records.json does not match its checksum"):
         open_corpus(root)
 
 

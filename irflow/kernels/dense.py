@@ -74,12 +74,16 @@ GATHER_FRACTION_SINGLE = 0.2
 GATHER_FRACTION_SMALL_BATCH = 0.5
 GATHER_FRACTION_BATCH = 0.7
 
-#: Approximate scores per tile of a batch's product (rows x queries float32: 1 MB).
-TILE_SCORES = 1 << 18
+#: Approximate scores per tile of a batch's product (queries x rows float32: 4 MB, one reused
+#: block; never the whole queries x rows matrix).  Long tiles make each query's maximum over
+#: the tile cheap (numpy's row reduction has a fixed cost per row).
+TILE_SCORES = 1 << 20
 #: Rows per tile at least (a tile is one BLAS call; fewer calls for small batches).
-TILE_MIN_ROWS = 1024
+TILE_MIN_ROWS = 2048
 #: Bytes of gathered rows per tile on the gather plan (a reused buffer).
 GATHER_BYTES = 16 << 20
+#: Kept (query, row) entries of a batch, at least, before the floors are raised from them.
+CANDIDATE_BUDGET = 1 << 12
 #: (query, row) pairs scored exactly per chunk (float64 products: 64 x d x 8 bytes, cache-sized).
 EXACT_CHUNK = 64
 #: Absolute slack of the error bound: covers gradual underflow (d * 2**-149 per product).
@@ -259,18 +263,18 @@ def _tiles(matrix: np.ndarray, mask: np.ndarray | None, kept: np.ndarray | None,
 
 
 def _kth_lower_bounds(scores: np.ndarray, k: int) -> np.ndarray:
-    """Per column of ``scores`` (t, q), a value at least ``k`` of its entries reach (t >= k).
+    """Per row of ``scores`` (q, t), a value at least ``k`` of its entries reach (t >= k).
 
     The k-th largest of block maxima: each of the k blocks with the largest
-    maxima holds one entry at least that high.  Block j holds rows j, j + b,
-    j + 2b, ... so the maxima are elementwise maxima of contiguous slices
-    (a reduction over a short inner axis is many times slower).
+    maxima holds one entry at least that high.  Block j holds columns j,
+    j + b, j + 2b, ... so the maxima are elementwise maxima of contiguous
+    slices (a reduction over a short inner axis is many times slower).
     """
-    t, q = scores.shape
+    q, t = scores.shape
     n_blocks = max(min(t // 16, 64 * k), k)
     size = t // n_blocks
-    maxima = scores[:n_blocks * size].reshape(size, n_blocks, q).max(axis=0)
-    return np.partition(maxima.T, n_blocks - k, axis=1)[:, n_blocks - k]
+    maxima = scores[:, :n_blocks * size].reshape(q, size, n_blocks).max(axis=1)
+    return np.partition(maxima, n_blocks - k, axis=1)[:, n_blocks - k]
 
 
 def _round_down(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -290,32 +294,51 @@ class _Candidates:
     """Per-query candidates (query, row, approximate score) with thresholds that only rise.
 
     ``floor[j]`` is a lower bound of query j's k-th best approximate score
-    minus its window: nothing below it can make the top k.  It rises with
-    the tiles' block maxima and, when the kept entries pile up, with the
-    exact k-th best kept so far.
+    minus its window: nothing below it can make the top k.  The first tile
+    sets it from block maxima; then it rises with the exact k-th best of the
+    entries kept so far, each time they pile up past a budget.  Once a
+    query's floor is set, most tiles hold nothing above it (the k best of
+    what came before are hard to beat), so a tile costs one pass — the
+    per-query maxima — plus a look at the few queries with a hit.
     """
 
     def __init__(self, n_queries: int, k: int, windows: np.ndarray, dtype: np.dtype) -> None:
         self.k, self.windows, self.dtype = k, windows, dtype
-        self.floor = np.full(n_queries, -np.inf)  # float64; cast down per tile
+        self.floor = np.full(n_queries, -np.inf)  # float64
+        self.cast = _round_down(self.floor, dtype)  # the floor in the scores' dtype, rounded down
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.size = 0
-        self.budget = max(1 << 16, 8 * k * n_queries)
+        self.budget = max(CANDIDATE_BUDGET, 4 * k * n_queries)
+        self.seeded = False
+
+    def _raise_floor(self, values: np.ndarray) -> None:
+        np.fmax(self.floor, values - self.windows, out=self.floor)
+        self.cast = _round_down(self.floor, self.dtype)
 
     def add(self, rows: np.ndarray | int, scores: np.ndarray) -> None:
-        """Keep the entries of one tile's ``scores`` (t, q) at or above the floors."""
-        if scores.shape[0] >= self.k:
-            bounds = _kth_lower_bounds(scores, self.k)
-            np.fmax(self.floor, bounds - self.windows, out=self.floor)
-        floor = _round_down(self.floor, scores.dtype)
-        hits = np.flatnonzero(scores >= floor[None, :])
-        position, query = np.divmod(hits, scores.shape[1])
+        """Keep the entries of one tile's ``scores`` (q, t) at or above the floors."""
+        n_queries, width = scores.shape
+        if not self.seeded and width >= self.k:
+            self._raise_floor(_kth_lower_bounds(scores, self.k))
+            self.seeded = True
+        live = np.flatnonzero(scores.max(axis=1) >= self.cast)
+        if live.size == 0:
+            return
+        if 4 * live.size >= n_queries:  # many queries hit: one comparison over the tile
+            hits = np.flatnonzero(scores >= self.cast[:, None])
+            query, position = np.divmod(hits, width)
+            values = scores.ravel()[hits]
+        else:  # a few queries: their rows only
+            some = scores[live]
+            hits = np.flatnonzero(some >= self.cast[live, None])
+            index, position = np.divmod(hits, width)
+            query, values = live[index], some.ravel()[hits]
         row = position + rows if isinstance(rows, int) else rows[position]
-        self.parts.append((query, row.astype(np.int64, copy=False), scores.ravel()[hits]))
+        self.parts.append((query, row.astype(np.int64, copy=False), values))
         self.size += hits.size
         if self.size > self.budget:
             self.compact()
-            self.budget = max(self.budget, 4 * self.size)
+            self.budget = max(self.budget, 2 * self.size)
 
     def compact(self) -> tuple[np.ndarray, np.ndarray]:
         """Drop what the exact k-th best kept so far rules out; return (query, row)."""
@@ -343,8 +366,8 @@ class _Candidates:
                     segment = grouped[starts[j]:starts[j + 1]]
                     kth[j] = np.partition(segment, segment.size - self.k)[segment.size - self.k]
             kth[counts < self.k] = -np.inf  # fewer than k kept: no k-th best yet
-            np.fmax(self.floor, kth - self.windows, out=self.floor)
-            keep = np.flatnonzero(score >= _round_down(self.floor, score.dtype)[query])
+            self._raise_floor(kth)
+            keep = np.flatnonzero(score >= self.cast[query])
             query, row, score = query[keep], row[keep], score[keep]
         self.parts = [(query, row, score)]
         self.size = query.size
@@ -374,7 +397,7 @@ def _one_query_candidates(matrix: np.ndarray, query: np.ndarray, mask: np.ndarra
         if tile_mask is not None:
             np.copyto(scores, -np.inf, where=~tile_mask)
         if scores.size > 4096:  # a lower bound of the k-th best first: one pass, no partition
-            floor = max(floor, float(_kth_lower_bounds(scores[:, None], k)[0]) - window)
+            floor = max(floor, float(_kth_lower_bounds(scores[None, :], k)[0]) - window)
             hits = np.flatnonzero(scores >= _round_down_scalar(floor, scores.dtype))
             rows_parts.append(hits + rows if isinstance(rows, int) else rows[hits])
             score_parts.append(scores[hits])
@@ -397,10 +420,14 @@ def _candidates(matrix: np.ndarray, queries: np.ndarray, mask: np.ndarray | None
         rows = _one_query_candidates(matrix, queries[0], mask, kept, k, float(windows[0]))
         return np.zeros(rows.size, dtype=np.intp), rows
     found = _Candidates(n_queries, k, windows, matrix.dtype)
+    buffer: np.ndarray | None = None  # one (queries, rows) block reused by every full tile
     for rows, tile, tile_mask in _tiles(matrix, mask, kept, n_queries):
-        scores = tile @ queries.T  # (rows, queries): measured faster than the transpose
+        if buffer is None:
+            buffer = np.empty((n_queries, tile.shape[0]), dtype=np.result_type(queries, tile))
+        # (queries, rows): each query's scores contiguous, so its maximum is a fast reduction
+        scores = np.matmul(queries, tile.T, out=buffer) if tile.shape[0] == buffer.shape[1] else queries @ tile.T
         if tile_mask is not None:
-            np.copyto(scores, -np.inf, where=~tile_mask[:, None])
+            np.copyto(scores, -np.inf, where=~tile_mask[None, :])
         found.add(rows, scores)
     return found.compact()
 
@@ -457,12 +484,13 @@ def dense_topk(matrix: np.ndarray, queries: np.ndarray, mask: np.ndarray | None,
     kept = None
     n_allowed = n_rows
     if mask is not None:
-        kept = np.flatnonzero(mask)
-        n_allowed = kept.size
+        n_allowed = int(np.count_nonzero(mask))
         if n_allowed == 0:
             return TopK.empty(n_queries)
-        if n_allowed > gather_fraction(n_queries) * n_rows:
-            kept = None  # full product, dropped rows excluded after it
+        if n_allowed == n_rows:
+            mask = None  # every row (a search without a filter): nothing to exclude, no pass to do it
+        elif n_allowed <= gather_fraction(n_queries) * n_rows:
+            kept = np.flatnonzero(mask)  # else the full product, dropped rows excluded after it
     k = min(int(fetch_k), n_allowed)
     # a zero query scores exactly 0 everywhere: its top k are the first k candidates
     # (and would make every row a candidate of the ranking step)

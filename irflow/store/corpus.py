@@ -476,7 +476,7 @@ def open_corpus(path_or_name: str | os.PathLike[str], *, embedder: Any = None, v
     source = embedder if embedder is not None else (None if info is None else info.spec)
     check = None
     if stored.vectors is not None:
-        check = VectorCheck(str(stored.generation.dir / VECTORS_FILE), stored.store.record_ids)
+        check = VectorCheck(str(stored.generation.dir / VECTORS_FILE), stored.store.record_ids, stored.verify_vectors)
     return Corpus(
         store=stored.store,
         postings=stored.postings,

@@ -8,8 +8,9 @@ step.  A process killed at any point leaves ``CURRENT`` naming a complete,
 verified generation (or, on a first build, no ``CURRENT`` at all).
 
 Each generation's ``manifest.json`` lists its files with byte sizes and
-blake2b checksums; ``CURRENT`` also carries the manifest's own checksum, so
-every byte a reader relies on is covered.  This module knows nothing about
+checksums (CRC-32; blake2b in corpora of earlier releases, still verified);
+``CURRENT`` also carries the manifest's own blake2b checksum, so every byte
+a reader relies on is covered.  This module knows nothing about
 corpora: :mod:`irflow.store.persist` decides which files a corpus has.
 
 Readers and writers at the same time.  A writer removes the generations it
@@ -82,11 +83,15 @@ from irflow.store.genfiles import (
     TMP_PREFIX,
     Generation,
     Payload,
+    FILE_CHECKSUM,
+    buffer_digest,
     bytes_checksum,
     checksum,
     damaged,
+    entry_checksum,
     fcntl,
     flock,
+    file_digest,
     fsync_dir,
     is_generation,
     is_ours,
@@ -105,15 +110,19 @@ from irflow.store.genfiles import (
 
 __all__ = [
     "CURRENT_FILE",
+    "FILE_CHECKSUM",
     "MANIFEST_FILE",
     "MARKER_FILE",
     "PAUSE_ENV",
     "READ_ATTEMPTS",
     "Generation",
+    "buffer_digest",
     "check_writable_root",
     "checksum",
+    "entry_checksum",
     "has_current",
     "locked",
+    "mismatch",
     "read_current",
     "read_small_file",
     "reading",
@@ -270,8 +279,15 @@ def verify_files(generation: Generation, names: Iterable[str] | None = None, *, 
                 generation.root,
                 f"{generation.name}/{file} has {info.st_size} bytes, the manifest says {entry['bytes']} (truncated or overwritten)",
             )
-        if checksums and checksum(path) != entry["blake2b"]:
-            raise damaged(generation.root, f"{generation.name}/{file} does not match its checksum in the manifest (altered bytes)")
+        if checksums:
+            algorithm, digest = entry_checksum(entry)
+            if file_digest(path, algorithm) != digest:
+                raise damaged(generation.root, mismatch(generation, file))
+
+
+def mismatch(generation: Generation, file: str) -> str:
+    """What a file whose bytes do not match its checksum is told."""
+    return f"{generation.name}/{file} does not match its checksum in the manifest (altered bytes)"
 
 
 @contextlib.contextmanager
@@ -418,7 +434,7 @@ def write_generation(
             raise ValueError(f"invalid generation file name {file!r}")
         write_file(tmp / file, payload)
         # Hash what is on disk (not what we meant to write), after fsync.
-        table[file] = {"bytes": (tmp / file).stat().st_size, "blake2b": checksum(tmp / file)}
+        table[file] = {"bytes": (tmp / file).stat().st_size, FILE_CHECKSUM: file_digest(tmp / file, FILE_CHECKSUM)}
         _pause_point(f"after:{file}")
     full = dict(manifest)
     full["files"] = dict(sorted(table.items()))

@@ -7,7 +7,7 @@ A corpus directory (see :mod:`irflow.store.generations` for the atomic mechanics
       .lock                   writer lock (flock)
       gen-000002/
         manifest.json         format, version, build id, counts, kinds, embedder
-                              spec + dim, analyzer settings, files (bytes, blake2b)
+                              spec + dim, analyzer settings, files (bytes, crc32)
         records.json          columnar JSON: {"id": [...], "artifact_id": [...],
                               "surface_kind": [...], "surface_index": [...],
                               "text": [...], "metadata": [...]}, row order
@@ -20,8 +20,10 @@ A corpus directory (see :mod:`irflow.store.generations` for the atomic mechanics
 Records are columnar JSON so one ``json.loads`` reads them all (a JSON line per
 record costs a parser call each).  Arrays are ``np.save``d and reopened with
 ``mmap_mode="r"`` and ``allow_pickle=False``.  Reading verifies sizes always
-and checksums unless ``verify=False``; anything off raises ``CorpusError``
-naming the file — a damaged corpus never answers.
+and checksums unless ``verify=False``: every file on open, except the
+vectors, which are mapped and verified on first dense use (with the check
+of their norms: one pass, which a lexical-only use never pays); anything off
+raises ``CorpusError`` naming the file — a damaged corpus never answers.
 
 >>> # save_corpus(root, ...) writes a generation; load_store(root) reads only
 >>> # the store files (no vectors, no postings) for sibling lookups.
@@ -94,6 +96,8 @@ class StoredCorpus:
     vectors: np.ndarray | None = attrs.field(repr=False)
     analyzer: Mapping[str, Any]
     embedder: EmbedderInfo | None
+    #: Checks the vectors file's checksum (CorpusError naming it), for the first dense use; None: nothing to check.
+    verify_vectors: Callable[[], None] | None = attrs.field(default=None, repr=False)
 
 
 # -- writing ----------------------------------------------------------------------------
@@ -277,6 +281,45 @@ def _load_array(generation: gens.Generation, file: str, *, mmap: bool = True) ->
     return array.view(np.ndarray) if isinstance(array, np.memmap) else array
 
 
+def _map_vectors(generation: gens.Generation, *, verify: bool) -> tuple[np.ndarray, Callable[[], None] | None]:
+    """The vectors file mapped read-only (never copied), and its checksum check for later.
+
+    The whole file is mapped and the array is a view past the ``.npy``
+    header, so the check digests exactly the file's bytes from the mapping:
+    it needs neither the path nor the reader's lock, and still works after a
+    writer removed the generation (the mapping keeps the pages).  Hashing
+    1.5 GB of vectors at every open would cost seconds; a corpus used for
+    lexical search or records only never pays it.
+    """
+    path = generation.path(VECTORS_FILE)
+    where = f"{generation.dir}/{VECTORS_FILE}"
+    try:
+        with open(path, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            if version not in ((1, 0), (2, 0)):  # np.save writes 3.0 only for non-latin-1 field names
+                raise ValueError(f"unknown .npy format version {version}")
+            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read_header(fh)
+            offset = fh.tell()
+        if fortran or dtype.hasobject:
+            raise ValueError("not a C-ordered numeric array")
+        mapped = np.memmap(path, dtype=np.uint8, mode="r")  # the whole file, header included
+        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        # a plain ndarray view (the memmap subclass would spread into every result), read-only, not copied
+        vectors = mapped[offset:offset + size].view(np.ndarray).view(dtype).reshape(shape)
+    except (ValueError, OSError, EOFError) as exc:
+        raise CorpusError(f"{where} cannot be read as a numpy array ({exc}); the corpus is damaged — rebuild it") from exc
+    if not verify:
+        return vectors, None
+    algorithm, digest = gens.entry_checksum(generation.files[VECTORS_FILE])
+
+    def check() -> None:
+        if gens.buffer_digest(mapped, algorithm) != digest:
+            raise gens.damaged(generation.root, gens.mismatch(generation, VECTORS_FILE))
+    return vectors, check
+
+
 def _load_json(generation: gens.Generation, file: str) -> Any:
     # At most the size the manifest promises (verify_files checked it), from a regular file only.
     try:
@@ -390,7 +433,10 @@ def load_corpus(root: Path, *, verify: bool = True, name: str | None = None) -> 
 
 def _corpus_from(generation: gens.Generation, *, verify: bool, name: str | None) -> StoredCorpus:
     manifest = generation.manifest
-    gens.verify_files(generation, None, checksums=verify)
+    mapped = VECTORS_FILE if manifest.get("embedder") is not None else None
+    gens.verify_files(generation, [f for f in generation.files if f != mapped], checksums=verify)
+    if mapped is not None:
+        gens.verify_files(generation, [mapped], checksums=False)  # its size now, its checksum on first use
     store = _store_from(generation, verify=False, name=name)  # just verified with everything else
     rows = store.n_rows
     arrays = {n: _load_array(generation, _postings_file(n)) for n in manifest.get("postings_arrays", ARRAY_NAMES)}
@@ -406,9 +452,9 @@ def _corpus_from(generation: gens.Generation, *, verify: bool, name: str | None)
         embedder = None if info is None else EmbedderInfo(**info)
     except (TypeError, ValueError) as exc:
         raise CorpusError(f"{generation.dir}/manifest.json: unreadable embedder entry {info!r} ({exc}); rebuild the corpus") from exc
-    vectors = None
+    vectors = verify_vectors = None
     if embedder is not None:
-        vectors = _load_array(generation, VECTORS_FILE)
+        vectors, verify_vectors = _map_vectors(generation, verify=verify)
         if vectors.dtype != np.float32 or vectors.shape != (rows, embedder.dim):
             raise CorpusError(
                 f"{generation.dir}/{VECTORS_FILE} holds {vectors.dtype} {vectors.shape}, expected float32 "
@@ -423,4 +469,5 @@ def _corpus_from(generation: gens.Generation, *, verify: bool, name: str | None)
         vectors=vectors,
         analyzer=manifest["analyzer"],
         embedder=embedder,
+        verify_vectors=verify_vectors,
     )

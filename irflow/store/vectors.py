@@ -9,7 +9,7 @@ otherwise never does.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -27,16 +27,19 @@ UNIT_NORM_TOLERANCE = 1e-3
 
 
 class VectorCheck:
-    """The once-per-corpus check of a matrix read from disk: finite, unit (or zero) rows.
+    """The once-per-corpus check of a matrix read from disk: its file's checksum, then finite, unit (or zero) rows.
 
     Done on first use, not on open: it reads the whole matrix (about 0.1 s per
-    GB here), which opening a memory-mapped corpus otherwise never does.  A
-    failure is raised on every use; a success is remembered.
+    GB here for the norms, plus the checksum), which opening a memory-mapped
+    corpus otherwise never does.  ``verify`` (from
+    :func:`irflow.store.persist.load_corpus`) checks the file's bytes against
+    the manifest.  A failure is raised on every use; a success is remembered.
     """
 
-    def __init__(self, file: str, record_ids: np.ndarray) -> None:
+    def __init__(self, file: str, record_ids: np.ndarray, verify: Callable[[], None] | None = None) -> None:
         self.file = file
         self.record_ids = record_ids
+        self.verify = verify
         self.done = False
         self.lock = threading.Lock()
 
@@ -45,6 +48,8 @@ class VectorCheck:
             return
         with self.lock:
             if not self.done:
+                if self.verify is not None:
+                    self.verify()
                 check_unit_rows(vectors, self.file, self.record_ids)
                 self.done = True
 
