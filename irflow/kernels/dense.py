@@ -59,7 +59,7 @@ import functools
 import math
 import threading
 import weakref
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -137,7 +137,8 @@ def _fold_sum(products: np.ndarray) -> np.ndarray:
         half = (height + 1) // 2
         np.add(products[:height - half], products[half:height], out=products[:height - half])
         height = half
-    return products[0]
+    total: np.ndarray = products[0]
+    return total
 
 
 def exact_scores(matrix: np.ndarray, queries: np.ndarray, query_index: np.ndarray,
@@ -170,7 +171,7 @@ def exact_scores(matrix: np.ndarray, queries: np.ndarray, query_index: np.ndarra
 # -- the error bound ------------------------------------------------------------------
 
 _norms_lock = threading.Lock()
-_norms: dict[int, tuple[weakref.ref, tuple, float]] = {}
+_norms: dict[int, tuple[weakref.ref[np.ndarray], tuple[Any, ...], float]] = {}
 
 
 def _compute_norm_bound(matrix: np.ndarray) -> float:
@@ -206,7 +207,7 @@ def row_norm_bound(matrix: np.ndarray) -> float:
     bound = _compute_norm_bound(matrix)
     ident = id(matrix)
 
-    def forget(_ref: weakref.ref) -> None:
+    def forget(_ref: weakref.ref[np.ndarray]) -> None:
         with _norms_lock:
             if _norms.get(ident, (None,))[0] is _ref:
                 del _norms[ident]
@@ -233,7 +234,8 @@ def _relative_error(dtype: np.dtype, d: int) -> float:
 def _windows(matrix: np.ndarray, queries: np.ndarray, norm_bound: float) -> np.ndarray:
     """Per query: twice the largest gap between an approximate (BLAS) score and the exact one."""
     q_norms = np.sqrt(np.einsum("ij,ij->i", queries, queries, dtype=np.float64)) * (1 + 1e-6)
-    return 2 * (_relative_error(matrix.dtype, matrix.shape[1]) * norm_bound * q_norms + _ABS_SLACK)
+    windows: np.ndarray = 2 * (_relative_error(matrix.dtype, matrix.shape[1]) * norm_bound * q_norms + _ABS_SLACK)
+    return windows
 
 
 # -- step 1: candidates from the BLAS products -----------------------------------------
@@ -287,7 +289,8 @@ def _round_down(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
         cast = values.astype(dtype)
     up = cast.astype(np.float64) > values
     cast[up] = np.nextafter(cast[up], dtype.type(-np.inf))
-    return np.maximum(cast, np.finfo(dtype).min, out=cast)
+    floor: np.ndarray = np.maximum(cast, np.finfo(dtype).min, out=cast)
+    return floor
 
 
 class _Candidates:
@@ -417,15 +420,16 @@ def _candidates(matrix: np.ndarray, queries: np.ndarray, mask: np.ndarray | None
     """(query, row) of every candidate row whose approximate score may reach the top k."""
     n_queries = queries.shape[0]
     if n_queries == 1:
-        rows = _one_query_candidates(matrix, queries[0], mask, kept, k, float(windows[0]))
-        return np.zeros(rows.size, dtype=np.intp), rows
+        single = _one_query_candidates(matrix, queries[0], mask, kept, k, float(windows[0]))
+        return np.zeros(single.size, dtype=np.intp), single
     found = _Candidates(n_queries, k, windows, matrix.dtype)
     buffer: np.ndarray | None = None  # one (queries, rows) block reused by every full tile
     for rows, tile, tile_mask in _tiles(matrix, mask, kept, n_queries):
         if buffer is None:
             buffer = np.empty((n_queries, tile.shape[0]), dtype=np.result_type(queries, tile))
         # (queries, rows): each query's scores contiguous, so its maximum is a fast reduction
-        scores = np.matmul(queries, tile.T, out=buffer) if tile.shape[0] == buffer.shape[1] else queries @ tile.T
+        scores: np.ndarray = np.matmul(queries, tile.T, out=buffer) if tile.shape[0] == buffer.shape[1] \
+            else queries @ tile.T
         if tile_mask is not None:
             np.copyto(scores, -np.inf, where=~tile_mask[None, :])
         found.add(rows, scores)

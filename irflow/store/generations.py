@@ -66,6 +66,11 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: readers rely on the retry alone
+    fcntl = None  # type: ignore[assignment]
+
 from irflow.errors import CorpusError
 from irflow.store.genfiles import (
     CURRENT_FILE,
@@ -89,7 +94,6 @@ from irflow.store.genfiles import (
     checksum,
     damaged,
     entry_checksum,
-    fcntl,
     flock,
     file_digest,
     fsync_dir,
@@ -116,8 +120,10 @@ __all__ = [
     "PAUSE_ENV",
     "READ_ATTEMPTS",
     "Generation",
+    "Payload",
     "buffer_digest",
     "check_writable_root",
+    "damaged",
     "checksum",
     "entry_checksum",
     "has_current",

@@ -138,7 +138,8 @@ class Generation:
     @property
     def files(self) -> Mapping[str, Mapping[str, Any]]:
         """File name -> ``{"bytes", "crc32" (or "blake2b")}`` as listed in the manifest."""
-        return self.manifest["files"]
+        files: Mapping[str, Mapping[str, Any]] = self.manifest["files"]
+        return files
 
     def path(self, file: str) -> Path:
         """The path of one listed file (CorpusError when the manifest does not list it)."""
