@@ -6,33 +6,11 @@ surfaces — all of them, or only the neighbours within ``window`` plan
 positions of the hit — so that a reranker (retrieve -> expand -> rerank) or
 a reader sees the chunk before and after the one that matched.
 
-Rules (the ``expand`` stage and :func:`expand` share them, through
-:func:`irflow.store.expansion.expand_rows`, which works over the corpus protocol):
-
-- Siblings come from the corpus ledger, resolved by record id (the
-  :func:`irflow.store.ledger.records_for_artifact` contract); ids are never
-  re-derived.
-- ``window=None``: every sibling; ``window=w``: siblings whose
-  ``surface_index`` is within ``w`` of the hit's (``0``: the hit alone).
-  Distances are plan positions, so a gap in the plan is not bridged.
-- ``surface_kind`` (a kind or a list of kinds) keeps only surfaces of those
-  kinds — the hit itself included: the result is "the surfaces of these
-  kinds around each hit", as ``records_for_artifact(surface_kind=...)`` is.
-- Several hits of one artifact (in one query) expand once: overlapping
-  windows are merged, each surface appears once.  A surface that is itself a
-  hit stays that hit; any other surface is attributed to the best-ranked hit
-  whose window covers it and carries that hit's score (siblings are not
-  re-scored; a reranker downstream gives them their own).
-- Order: artifacts in the order of their best hit, each artifact's surfaces
-  in plan order (``surface_index``).  The scores are therefore not sorted;
-  the order is the ranking until a later stage re-sorts.
-- Tombstoned siblings (``delete_record``) are skipped silently: a deleted
-  surface is gone from every search, expansion included.  A *stale* ledger
-  entry (a listed record id with no row in the store: an interrupted build or
-  a torn copy) is skipped with one :class:`LedgerWarning` per call naming the
-  record — :func:`~irflow.store.ledger.records_for_artifact` raises ``KeyError``
-  for it, but one torn artifact must not fail a whole search.  An artifact
-  without a ledger entry keeps its hits unexpanded (also warned).
+The rules (siblings from the ledger, ``window`` in plan positions,
+``surface_kind``, several hits of one artifact, order, tombstoned and stale
+entries) are the ``expand`` stage's too, written once in
+:mod:`irflow.store.expansion`, whose :func:`~irflow.store.expansion.expand_rows`
+both call over the corpus protocol.
 
 >>> # hits = irflow.search(corpus, "sql parser", k=3)
 >>> # expand(corpus, hits, window=1)   # each hit with the surface before and after it
