@@ -74,8 +74,13 @@ class Collapse(Stage):
         score = candidates.score
         if self.per_artifact and m:
             artifacts = ctx.corpus.artifact_ids_of(candidates.row)
-            _, codes = np.unique(artifacts, return_inverse=True)
-            codes = codes.reshape(-1).astype(np.int64)
+            if len(set(artifacts.tolist())) == m:
+                # every candidate its own artifact: the groups are singletons whatever labels them,
+                # so positions do (np.unique over object ids is most of this stage's cost)
+                codes = np.arange(m, dtype=np.int64)
+            else:
+                _, codes = np.unique(artifacts, return_inverse=True)
+                codes = codes.reshape(-1).astype(np.int64)
         else:
             codes = candidates.row
         position = np.arange(m)

@@ -263,7 +263,10 @@ class Candidates:
                 f"{self.row.size}, {self.score.size}"
             )
         n = len(self.queries)
-        if m and (self.query_index[0] < 0 or self.query_index[-1] >= n or np.any(np.diff(self.query_index) < 0)):
+        # one query (every search()): grouped and in range means all zero, one check without np.diff
+        misplaced = m and (self.query_index.any() if n == 1 else self.query_index[0] < 0
+                           or self.query_index[-1] >= n or np.any(np.diff(self.query_index) < 0))
+        if misplaced:
             raise ValueError(
                 f"query_index must be grouped by query (non-decreasing) and within [0, {n}); "
                 "use Candidates.ranked(...) to build a batch from unordered columns"
@@ -280,8 +283,12 @@ class Candidates:
     def _set_ranks(self) -> None:
         """``offsets`` and ``rank`` from the (grouped) ``query_index``."""
         n, m = len(self.queries), self.query_index.size
-        offsets = np.searchsorted(self.query_index, np.arange(n + 1), side="left").astype(np.int64)
-        rank = (np.arange(1, m + 1, dtype=np.int64) - offsets[self.query_index]).astype(np.int32)
+        if n == 1:  # one query (every search()): what the general rule gives, without searching
+            offsets = np.array([0, m], dtype=np.int64)
+            rank = np.arange(1, m + 1, dtype=np.int32)
+        else:
+            offsets = np.searchsorted(self.query_index, np.arange(n + 1), side="left").astype(np.int64)
+            rank = (np.arange(1, m + 1, dtype=np.int64) - offsets[self.query_index]).astype(np.int32)
         # both are new arrays of their final dtype: frozen in place
         offsets.flags.writeable = False
         rank.flags.writeable = False

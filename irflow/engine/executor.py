@@ -190,6 +190,10 @@ def _key_of(value: Any) -> Any:
     return ("override", cache_key(value))
 
 
+#: Argument types that hold nothing (exact types: a subclass could be a container).
+_SCALARS: frozenset[type] = frozenset({int, float, str, bool, type(None)})
+
+
 def run_recipe(recipe: RecipeSpec, corpus: CorpusProtocol, query_or_queries: Any, *, trace: bool = False,
                overrides: Mapping[str, Any] | None = None, cache: StageCache | None = None,
                output: str | None = None, params: Mapping[str, Any] | None = None) -> Result:
@@ -233,7 +237,8 @@ class _Run:
         """Resolve everything a run needs before a stage runs; bad arguments fail here, naming what is wrong."""
         pipeline = Pipeline.of(recipe)
         for name, value in params.items():  # freezing and hashing parameters recurse: bound the depth first
-            check_nesting(value, f"recipe {recipe.name!r}: parameter {name!r}")
+            if type(value) not in _SCALARS:  # a plain scalar nests nothing (a fixed cost of every search())
+                check_nesting(value, f"recipe {recipe.name!r}: parameter {name!r}")
         values, values_key = resolve_params_keyed(recipe, params)
         batch, single = _batch(query_or_queries)
         check_corpus(corpus, f"recipe {recipe.name!r}")
