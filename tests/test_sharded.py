@@ -385,6 +385,17 @@ def test_a_damaged_shard_file_names_the_shard_and_the_file(sharded_dir):
         ShardedCorpus.open(sharded_dir)
 
 
+def test_damaged_vectors_fail_their_first_dense_use_naming_the_shard(sharded_dir):
+    (vectors,) = sharded_dir.glob("shard-002/gen-*/vectors.npy")
+    data = bytearray(vectors.read_bytes())
+    data[-3] ^= 0x55
+    vectors.write_bytes(bytes(data))
+    with ShardedCorpus.open(sharded_dir) as sharded:  # vectors are mapped at open, verified on first dense use
+        assert irflow.search(sharded, "python", mode="lexical")
+        with pytest.raises(CorpusError, match=r"shard 2 \(.*shard-002\).*vectors\.npy.*shard the corpus again"):
+            irflow.search(sharded, "python", mode="dense")
+
+
 def test_a_missing_or_unlisted_shard_refuses_to_open(sharded_dir):
     moved = sharded_dir.parent / "elsewhere"
     shutil.move(sharded_dir / "shard-002", moved)

@@ -218,12 +218,21 @@ def test_a_shard_that_stays_dead_gives_no_answer(corpora):
 def test_a_damaged_shard_on_ray_names_the_shard_and_the_file(cluster, tmp_path):
     root = tmp_path / "bad.sharded"
     shard(build(records(9), embedder="hash"), 3, root).close()
+    (postings,) = root.glob("shard-001/gen-*/postings.post_rows.npy")
+    intact = postings.read_bytes()
+    postings.write_bytes(intact[:-1] + bytes([intact[-1] ^ 0xFF]))
+    with pytest.raises(CorpusError, match=r"shard 1 \(.*shard-001\).*postings\.post_rows\.npy"):
+        ShardedCorpus.open(root, ray="auto")
+    postings.write_bytes(intact)
+    # vectors are verified on their first dense use (mapped, not read at open): that search fails, naming them
     (vectors,) = root.glob("shard-002/gen-*/vectors.npy")
     data = bytearray(vectors.read_bytes())
     data[-3] ^= 0x55
     vectors.write_bytes(bytes(data))
-    with pytest.raises(CorpusError, match=r"shard 2 \(.*shard-002\).*vectors\.npy"):
-        ShardedCorpus.open(root, ray="auto")
+    with ShardedCorpus.open(root, ray="auto") as sharded:
+        assert irflow.search(sharded, "python", mode="lexical")  # the lexical files are intact
+        with pytest.raises(CorpusError, match=r"shard 2 \(.*shard-002\).*vectors\.npy"):
+            irflow.search(sharded, "python", mode="dense")
 
 
 # -- the command line: run --ray, eval --ray ---------------------------------------------------------

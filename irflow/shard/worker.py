@@ -87,7 +87,7 @@ class ShardWorker:
             self.corpus: Corpus = open_corpus(self.dir, verify=verify)
             after = self._identity()
         except CorpusError as error:
-            raise CorpusError(f"{label}: {error}") from None
+            raise self._damaged(error) from None
         if before != (self.entry.build_id, self.entry.manifest_checksum) or after != before:
             raise CorpusError(f"{label} is not the shard the manifest lists (build {after[0]!r}, the manifest recorded "
                               f"{self.entry.build_id!r}): it was rebuilt or modified after sharding (a delete, a "
@@ -127,8 +127,16 @@ class ShardWorker:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             self._maybe_pause(method)
-            result = getattr(self, method)(*args)
+            try:
+                result = getattr(self, method)(*args)
+            except CorpusError as error:  # a file checked on first use (the vectors) is damaged
+                raise self._damaged(error) from None
         return result, [(w.category, str(w.message)) for w in caught]
+
+    def _damaged(self, error: CorpusError) -> CorpusError:
+        """The shard's own CorpusError, naming the shard first (its files are one shard of a sharded corpus)."""
+        return CorpusError(f"shard {self.entry.index} ({self.dir}): {error} (a shard rebuilt alone no longer matches "
+                           "the shard manifest: restore the shard's files or shard the corpus again)")
 
     def arm_pause(self, method: str, seconds: float, marker: str) -> int:
         """Fault-injection hook for tests: the next ``method`` call writes ``marker`` (holding this pid), then sleeps.
