@@ -58,6 +58,16 @@ def frozen_array(value: Any, dtype: Any) -> np.ndarray:
     return array
 
 
+def _frozen_empty(dtype: Any) -> np.ndarray:
+    array = np.empty(0, dtype)
+    array.flags.writeable = False
+    return array
+
+
+# shared read-only empty columns (of inactive batches)
+_EMPTY_INT32, _EMPTY_INT64, _EMPTY_FLOAT64 = (_frozen_empty(t) for t in (np.int32, np.int64, np.float64))
+
+
 def _frozen_gather(column: np.ndarray, index: np.ndarray) -> np.ndarray:
     """``column[index]``: a new array (fancy indexing copies), made read-only in place."""
     gathered: np.ndarray = column[index]
@@ -305,8 +315,18 @@ class Candidates:
     @classmethod
     def inactive(cls, queries: QueryBatch) -> "Candidates":
         """The output of a stage switched off by ``when``: empty and ``active=False``."""
-        return cls(queries, np.empty(0, np.int32), np.empty(0, np.int64), np.empty(0, np.float64),
-                   Scale.NONE, active=False)
+        if not isinstance(queries, QueryBatch):  # the constructor's own error
+            return cls(queries, np.empty(0, np.int32), np.empty(0, np.int64), np.empty(0, np.float64),
+                       Scale.NONE, active=False)
+        # what the constructor makes of these empty columns, without its checks (nothing to check):
+        # every run of a recipe with a switched-off channel builds one
+        new = object.__new__(cls)
+        for name, value in (("queries", queries), ("query_index", _EMPTY_INT32), ("row", _EMPTY_INT64),
+                            ("score", _EMPTY_FLOAT64), ("scale", Scale.NONE), ("provenance", MappingProxyType({})),
+                            ("active", False)):
+            object.__setattr__(new, name, value)
+        new._set_ranks()
+        return new
 
     @classmethod
     def ranked(cls, queries: QueryBatch, query_index: Any, row: Any, score: Any, scale: Scale | str,
