@@ -65,6 +65,8 @@ def several_texts(queries: QueryBatch) -> np.ndarray:
     own (its own fetch depth, its own cut to ``k``) before their union merges
     back into the original query.  ``bool (len(queries),)``.
     """
+    if len(queries) == 1:  # one text (every search() without formulate) is one original's only text
+        return np.zeros(1, dtype=bool)
     counts = np.bincount(queries.origin, minlength=queries.n_original)
     return counts[queries.origin] > 1
 

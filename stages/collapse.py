@@ -33,7 +33,7 @@ from collections.abc import Mapping
 import attrs
 import numpy as np
 
-from irflow.engine import CANDIDATES, Candidates, Port, Scale, Stage, StageContext, Upstream, boolean, param, \
+from irflow.engine import CANDIDATES, Candidates, Port, QueryBatch, Scale, Stage, StageContext, Upstream, boolean, param, \
     positive_int, register_stage
 
 from ._util import several_texts
@@ -72,14 +72,16 @@ class Collapse(Stage):
         m = len(candidates)
         origin = candidates.origin_index.astype(np.int64)
         score = candidates.score
+        row = candidates.row
         if self.per_artifact and m:
             artifacts = ctx.corpus.artifact_ids_of(candidates.row)
+            if len(set(artifacts.tolist())) == m:
+                return self._distinct(ctx, candidates, root, origin)
             _, codes = np.unique(artifacts, return_inverse=True)
             codes = codes.reshape(-1).astype(np.int64)
         else:
             codes = candidates.row
         position = np.arange(m)
-        row = candidates.row
         # best entry of each (query, key) group: highest score, then lowest row, then earliest position
         order = np.lexsort((position, row, -score, codes, origin))
         g_origin, g_code = origin[order], codes[order]
@@ -97,6 +99,26 @@ class Collapse(Stage):
         chosen = winners[final]
         columns = {name: column[chosen] for name, column in candidates.provenance.items()}
         columns[f"{ctx.name}.merged"] = merged[final].astype(np.int32)
+        columns[f"{ctx.name}.input_rank"] = candidates.rank[chosen]
+        columns[f"{ctx.name}.subquery"] = candidates.query_index[chosen]
+        return Candidates(root, origin[chosen], row[chosen], score[chosen], candidates.scale, columns)
+
+    def _distinct(self, ctx: StageContext, candidates: Candidates, root: QueryBatch,
+                  origin: np.ndarray) -> Candidates:
+        """:meth:`run` when every candidate is an artifact of its own (rows distinct too).
+
+        Every group is one entry, its own winner (``merged`` = 1), so the
+        general path reduces to one sort by query, score, row (a total order:
+        rows are distinct) and the cut to ``k`` — the same entries, in the
+        same order, without grouping (a fixed cost of every ``search()``).
+        """
+        row, score = candidates.row, candidates.score
+        final = np.lexsort((row, -score, origin))
+        sorted_origin = origin[final]
+        run_start = np.searchsorted(sorted_origin, sorted_origin, side="left")
+        chosen = final[np.arange(final.size) - run_start < self.k]
+        columns = {name: column[chosen] for name, column in candidates.provenance.items()}
+        columns[f"{ctx.name}.merged"] = np.ones(chosen.size, dtype=np.int32)
         columns[f"{ctx.name}.input_rank"] = candidates.rank[chosen]
         columns[f"{ctx.name}.subquery"] = candidates.query_index[chosen]
         return Candidates(root, origin[chosen], row[chosen], score[chosen], candidates.scale, columns)

@@ -211,3 +211,30 @@ def test_sort_cut_invariants(per_query, k):
     cut = s.cut(k)
     assert cut.counts().tolist() == [min(len(h), k) for h in per_query]
     assert np.all(cut.rank <= k) if len(cut) else True
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-1, 2), max_size=8), st.integers(1, 3))
+def test_grouping_check_and_ranks_hold_for_one_query_as_for_many(query_index, n):
+    # one query takes a shortcut (no np.diff / searchsorted): the same batches pass, the same ranks follow
+    qi = np.asarray(query_index, dtype=np.int32)
+    m = qi.size
+    batch = QueryBatch.of([f"q{i}" for i in range(n)])
+    valid = bool(np.all((qi >= 0) & (qi < n)) and np.all(np.diff(qi) >= 0))
+    if not valid:
+        with pytest.raises(ValueError, match="grouped by query"):
+            Candidates(batch, qi, np.arange(m), np.zeros(m), Scale.NONE)
+        return
+    c = Candidates(batch, qi, np.arange(m), np.zeros(m), Scale.NONE)
+    offsets = [sum(1 for q in query_index if q < i) for i in range(n + 1)]
+    assert c.offsets.tolist() == offsets and c.offsets.dtype == np.int64
+    assert c.rank.tolist() == [j - offsets[q] + 1 for j, q in enumerate(query_index)] and c.rank.dtype == np.int32
+    assert not c.rank.flags.writeable and not c.offsets.flags.writeable
+
+
+def test_an_inactive_batch_equals_the_checked_construction():
+    batch = QueryBatch.of(["a", "b"])
+    fast = Candidates.inactive(batch)
+    checked = Candidates(batch, np.empty(0, np.int32), np.empty(0, np.int64), np.empty(0), Scale.NONE, active=False)
+    assert fast == checked and not fast.active
+    assert fast.offsets.tolist() == checked.offsets.tolist() == [0, 0, 0] and fast.rank.dtype == np.int32

@@ -120,3 +120,21 @@ def test_collapse_equals_the_seed_semantics(case, per_artifact, k):
         entries = [e for i, ranked in enumerate(lists) if batch.origin[i] == original for e in ranked]
         rows, scores = got.per_query(original)
         assert list(zip(rows.tolist(), scores.tolist())) == reference(entries, per_artifact, k)
+
+
+# one artifact per row: collapsing per artifact must equal collapsing per record, column for column
+DISTINCT = SimpleNamespace(artifact_ids_of=lambda rows: np.array([f"r{r}" for r in np.asarray(rows).tolist()],
+                                                                 dtype=object))
+
+
+@settings(max_examples=100, deadline=None)
+@given(formulated(), st.integers(1, 5))
+def test_distinct_artifacts_shortcut_equals_the_grouping_path(case, k):
+    # every candidate its own artifact takes collapse's shortcut (no grouping); per_artifact=false
+    # groups by row, the general path: the outputs, provenance included, must be the same
+    batch, lists = case
+    c = cands(batch, lists).with_provenance({"x.tag": np.arange(sum(map(len, lists)), dtype=np.int64)})
+    shortcut = Collapse(k=k, per_artifact=True).run(StageContext(DISTINCT, "collapse", c.queries), c)
+    grouped = Collapse(k=k, per_artifact=False).run(StageContext(DISTINCT, "collapse", c.queries), c)
+    assert shortcut == grouped
+    assert set(shortcut.provenance) == {"x.tag", "collapse.merged", "collapse.input_rank", "collapse.subquery"}

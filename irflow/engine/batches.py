@@ -58,6 +58,16 @@ def frozen_array(value: Any, dtype: Any) -> np.ndarray:
     return array
 
 
+def _frozen_empty(dtype: Any) -> np.ndarray:
+    array = np.empty(0, dtype)
+    array.flags.writeable = False
+    return array
+
+
+# shared read-only empty columns (of inactive batches)
+_EMPTY_INT32, _EMPTY_INT64, _EMPTY_FLOAT64 = (_frozen_empty(t) for t in (np.int32, np.int64, np.float64))
+
+
 def _frozen_gather(column: np.ndarray, index: np.ndarray) -> np.ndarray:
     """``column[index]``: a new array (fancy indexing copies), made read-only in place."""
     gathered: np.ndarray = column[index]
@@ -263,7 +273,10 @@ class Candidates:
                 f"{self.row.size}, {self.score.size}"
             )
         n = len(self.queries)
-        if m and (self.query_index[0] < 0 or self.query_index[-1] >= n or np.any(np.diff(self.query_index) < 0)):
+        # one query (every search()): grouped and in range means all zero, one check without np.diff
+        misplaced = m and (self.query_index.any() if n == 1 else self.query_index[0] < 0
+                           or self.query_index[-1] >= n or np.any(np.diff(self.query_index) < 0))
+        if misplaced:
             raise ValueError(
                 f"query_index must be grouped by query (non-decreasing) and within [0, {n}); "
                 "use Candidates.ranked(...) to build a batch from unordered columns"
@@ -280,8 +293,12 @@ class Candidates:
     def _set_ranks(self) -> None:
         """``offsets`` and ``rank`` from the (grouped) ``query_index``."""
         n, m = len(self.queries), self.query_index.size
-        offsets = np.searchsorted(self.query_index, np.arange(n + 1), side="left").astype(np.int64)
-        rank = (np.arange(1, m + 1, dtype=np.int64) - offsets[self.query_index]).astype(np.int32)
+        if n == 1:  # one query (every search()): what the general rule gives, without searching
+            offsets = np.array([0, m], dtype=np.int64)
+            rank = np.arange(1, m + 1, dtype=np.int32)
+        else:
+            offsets = np.searchsorted(self.query_index, np.arange(n + 1), side="left").astype(np.int64)
+            rank = (np.arange(1, m + 1, dtype=np.int64) - offsets[self.query_index]).astype(np.int32)
         # both are new arrays of their final dtype: frozen in place
         offsets.flags.writeable = False
         rank.flags.writeable = False
@@ -298,8 +315,18 @@ class Candidates:
     @classmethod
     def inactive(cls, queries: QueryBatch) -> "Candidates":
         """The output of a stage switched off by ``when``: empty and ``active=False``."""
-        return cls(queries, np.empty(0, np.int32), np.empty(0, np.int64), np.empty(0, np.float64),
-                   Scale.NONE, active=False)
+        if not isinstance(queries, QueryBatch):  # the constructor's own error
+            return cls(queries, np.empty(0, np.int32), np.empty(0, np.int64), np.empty(0, np.float64),
+                       Scale.NONE, active=False)
+        # what the constructor makes of these empty columns, without its checks (nothing to check):
+        # every run of a recipe with a switched-off channel builds one
+        new = object.__new__(cls)
+        for name, value in (("queries", queries), ("query_index", _EMPTY_INT32), ("row", _EMPTY_INT64),
+                            ("score", _EMPTY_FLOAT64), ("scale", Scale.NONE), ("provenance", MappingProxyType({})),
+                            ("active", False)):
+            object.__setattr__(new, name, value)
+        new._set_ranks()
+        return new
 
     @classmethod
     def ranked(cls, queries: QueryBatch, query_index: Any, row: Any, score: Any, scale: Scale | str,

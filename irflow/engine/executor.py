@@ -190,6 +190,10 @@ def _key_of(value: Any) -> Any:
     return ("override", cache_key(value))
 
 
+#: Argument types that hold nothing (exact types: a subclass could be a container).
+_SCALARS: frozenset[type] = frozenset({int, float, str, bool, type(None)})
+
+
 def run_recipe(recipe: RecipeSpec, corpus: CorpusProtocol, query_or_queries: Any, *, trace: bool = False,
                overrides: Mapping[str, Any] | None = None, cache: StageCache | None = None,
                output: str | None = None, params: Mapping[str, Any] | None = None) -> Result:
@@ -233,7 +237,8 @@ class _Run:
         """Resolve everything a run needs before a stage runs; bad arguments fail here, naming what is wrong."""
         pipeline = Pipeline.of(recipe)
         for name, value in params.items():  # freezing and hashing parameters recurse: bound the depth first
-            check_nesting(value, f"recipe {recipe.name!r}: parameter {name!r}")
+            if type(value) not in _SCALARS:  # a plain scalar nests nothing (a fixed cost of every search())
+                check_nesting(value, f"recipe {recipe.name!r}: parameter {name!r}")
         values, values_key = resolve_params_keyed(recipe, params)
         batch, single = _batch(query_or_queries)
         check_corpus(corpus, f"recipe {recipe.name!r}")
@@ -286,25 +291,22 @@ class _Run:
     def _inputs(self, name: str) -> tuple[dict[str, Any], bool]:
         """The stage's inputs by port (a variadic port gets ``{upstream: value}`` without inactive entries),
         and whether it runs: its ``when`` holds and no required input is inactive."""
-        cls, bound = self.pipeline.classes[name], self.pipeline.bindings[name]
+        when, ports = self.pipeline.input_plan(name)
         values = self.values
         active = all(any(values.get(param) == v and isinstance(values.get(param), bool) == isinstance(v, bool)
-                         for v in allowed) for param, allowed in self.recipe.stages[name].when.items())
+                         for v in allowed) for param, allowed in when)
         kwargs: dict[str, Any] = {}
-        for port in cls.inputs:
-            sources = bound.get(port.name)
-            if not sources:
-                continue
-            if port.variadic:
+        for port, variadic, minimum, required, sources in ports:
+            if variadic:
                 live = {s: self.outputs[s] for s in sources if not is_inactive(self.outputs[s])}
-                if len(live) < port.minimum:
+                if len(live) < minimum:
                     active = False
-                kwargs[port.name] = live
+                kwargs[port] = live
             else:
                 value = self.outputs[sources[0]]
-                if is_inactive(value) and port.required:
+                if is_inactive(value) and required:
                     active = False
-                kwargs[port.name] = value
+                kwargs[port] = value
         return kwargs, active
 
     def _cached_or_run(self, name: str, stage: Stage, kwargs: Mapping[str, Any]) -> tuple[Any, str]:

@@ -30,6 +30,10 @@ from irflow.util.cachekey import UnkeyableError, cache_key
 __all__ = ["Pipeline"]
 
 
+#: :meth:`Pipeline.input_plan`: ``(when pairs, bound ports)``.
+InputPlan = tuple[tuple[tuple[str, tuple[Any, ...]], ...], tuple[tuple[str, bool, int, bool, tuple[str, ...]], ...]]
+
+
 @attrs.frozen(eq=False)
 class Pipeline:
     """A validated recipe as a DAG, ready to run.
@@ -45,6 +49,7 @@ class Pipeline:
     order: tuple[str, ...]
     _instances: dict[Any, Any] = attrs.field(factory=dict, init=False, repr=False)
     _needed: dict[Any, tuple[str, ...]] = attrs.field(factory=dict, init=False, repr=False)
+    _plans: dict[str, InputPlan] = attrs.field(factory=dict, init=False, repr=False)
 
     @classmethod
     def of(cls, recipe: RecipeSpec) -> "Pipeline":
@@ -89,6 +94,21 @@ class Pipeline:
                 self._needed.pop(next(iter(self._needed)), None)
             self._needed[(output, stop)] = found
         return found
+
+    def input_plan(self, stage: str) -> InputPlan:
+        """What the executor reads to feed ``stage``, flattened once (a fixed cost of every run otherwise).
+
+        ``(when, ports)``: the stage's ``when`` as ``(parameter, allowed values)``
+        pairs, and per bound port ``(name, variadic, minimum, required, upstreams)``.
+        """
+        plan = self._plans.get(stage)
+        if plan is None:
+            bound = self.bindings[stage]
+            when = tuple((param, tuple(allowed)) for param, allowed in self.recipe.stages[stage].when.items())
+            ports = tuple((port.name, port.variadic, port.minimum, port.required, tuple(bound[port.name]))
+                          for port in self.classes[stage].inputs if bound.get(port.name))
+            plan = self._plans[stage] = (when, ports)
+        return plan
 
     def _walk_up(self, output: str, stop: frozenset[str]) -> tuple[str, ...]:
         self._known(output)

@@ -34,6 +34,8 @@ def _vector(value: Any) -> np.ndarray | None:
 
 
 def _metadata(value: Mapping[str, Any] | None) -> dict[str, Any]:
+    if type(value) is dict:  # the common case, without the (slow) abstract Mapping check: a copy all the same
+        return dict(value)
     if value is None:
         return {}
     if not isinstance(value, Mapping):

@@ -1,0 +1,108 @@
+"""The engine's fixed cost per ``search()`` call, two library versions side by side (issue 12, item 2).
+
+Each version is a plain copy of the repository (``git archive <commit> | tar -x -C DIR``;
+the script links ``DIR/irflow/stages`` and ``DIR/irflow/recipes`` so the copy imports its own
+stage kinds and recipes).  The versions run in child processes, alternated A B A B ...
+(``--rounds``), each child timing single queries interleaved query by query:
+
+- ``kernel k50``: ``bm25_topk`` at top 50, the kernel call ``search()`` makes;
+- ``search lexical``: ``irflow.search(corpus, text, mode="lexical", k=10)``;
+- ``search hybrid``: the same with ``mode="hybrid"`` (RRF; hash embedder, 64 dimensions).
+
+Corpus: issue 12's (``zipf_corpus.py``: Zipf vocabulary of 50k words, documents of 20-200
+tokens), ``--docs`` records, built once into ``--corpus`` (hash:64 vectors); 200 content-word
+queries.  CPU ms per query: the median over passes per query, then median and p90 over
+queries; "engine" = search lexical - kernel k50, per query.
+
+    git archive <base> | tar -x -C /tmp/base && git archive HEAD | tar -x -C /tmp/new
+    python benchmarks/engine_ab.py /tmp/base /tmp/new --rounds 3 --passes 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def child(root: str, corpus_path: str, docs: int, passes: int) -> None:
+    sys.path.insert(0, root)
+    sys.path.insert(1, HERE)
+    import irflow
+    import irflow.stages
+    import zipf_corpus as Z
+    from irflow.kernels.bm25 import BM25Params, bm25_topk
+
+    assert irflow.__file__.startswith(root) and irflow.stages.__file__.startswith(root)
+    if not os.path.exists(corpus_path):
+        records = [irflow.Record(f"d{i}", "text", " ".join(d), {"group": i % 100})
+                   for i, d in enumerate(Z.zipf_docs(docs, seed=0))]
+        irflow.build(records, embedder="hash:64", analyzer="plain", path=corpus_path)
+    corpus = irflow.open_corpus(corpus_path, embedder="hash:64")
+    queries = Z.zipf_queries(200, "content", seed=0)
+    texts = [" ".join(q) for q in queries]
+    params, postings = BM25Params(), corpus.postings
+    runs = {"kernel k50": lambda i: bm25_topk(postings, [queries[i]], None, 50, params),
+            "search lexical": lambda i: irflow.search(corpus, texts[i], mode="lexical", k=10),
+            "search hybrid": lambda i: irflow.search(corpus, texts[i], mode="hybrid", k=10)}
+    for i in range(20):  # warm up (numba compiles on the first call)
+        for run in runs.values():
+            run(i)
+    times = {name: np.zeros((passes, len(texts))) for name in runs}
+    for p in range(passes):
+        for i in range(len(texts)):
+            for name, run in runs.items():
+                start = time.process_time_ns()
+                run(i)
+                times[name][p, i] = (time.process_time_ns() - start) / 1e6
+    print(json.dumps({name: t.tolist() for name, t in times.items()}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("versions", nargs="+", help="repository copies to compare (first = baseline)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--passes", type=int, default=2)
+    parser.add_argument("--docs", type=int, default=100_000)
+    parser.add_argument("--corpus", default=os.path.join("/tmp", "irflow_engine_ab_corpus"))
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.versions[0], args.corpus, args.docs, args.passes)
+        return
+    for root in args.versions:
+        for name in ("stages", "recipes"):
+            link = os.path.join(root, "irflow", name)
+            if not os.path.exists(link):
+                os.symlink(os.path.join("..", name), link)
+    found: dict[str, dict[str, list]] = {root: {} for root in args.versions}
+    for _ in range(args.rounds):
+        for root in args.versions:
+            out = subprocess.run([sys.executable, os.path.abspath(__file__), root, "--child", "--corpus", args.corpus,
+                                  "--docs", str(args.docs), "--passes", str(args.passes)],
+                                 capture_output=True, text=True, check=True, cwd="/").stdout
+            for name, t in json.loads(out).items():
+                found[root].setdefault(name, []).extend(t)
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+    print(f"cpu {cpu}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}; "
+          f"{args.docs} records; rounds {args.rounds} x passes {args.passes}, alternated")
+    for root, times in found.items():
+        per_query = {name: np.median(np.array(t), axis=0) for name, t in times.items()}
+        engine = per_query["search lexical"] - per_query["kernel k50"]
+        print(f"[{root}]")
+        for name, t in per_query.items():
+            print(f"  {name:16s} median {np.median(t):.3f} ms  p90 {np.percentile(t, 90):.3f} ms")
+        print(f"  engine (search lexical - kernel k50) median {np.median(engine):.3f} ms  "
+              f"p90 {np.percentile(engine, 90):.3f} ms; search/kernel "
+              f"{np.median(per_query['search lexical'] / per_query['kernel k50']):.2f}x")
+
+
+if __name__ == "__main__":
+    main()
