@@ -73,6 +73,8 @@ def several_texts(queries: QueryBatch) -> np.ndarray:
 
 def cut_per_text(candidates: Candidates, fetch_k: int, subquery_fetch_k: int | None) -> Candidates:
     """Each text's first ``fetch_k`` candidates — ``subquery_fetch_k`` for sub-query texts when given."""
+    if len(candidates) <= min(fetch_k, fetch_k if subquery_fetch_k is None else subquery_fetch_k):
+        return candidates  # no text can hold more than the batch does: nothing to cut
     if subquery_fetch_k is None:
         return candidates.cut(fetch_k)
     several = several_texts(candidates.queries)

@@ -129,6 +129,9 @@ class Fuse(Stage):
             return frozenset({"method", "rrf_k", "alpha", "bm25_sat_k", "weights"})
         return frozenset({"alpha", "bm25_sat_k"} if self.method == "rrf" else {"rrf_k", "weights"})
 
+    def passes_through(self, live: Mapping[str, int]) -> str | None:
+        return "inputs" if live.get("inputs") == 1 else None  # one active input passes through unchanged
+
     # -- run time ---------------------------------------------------------------
 
     def run(self, ctx: StageContext, inputs: Mapping[str, Candidates]) -> Candidates:

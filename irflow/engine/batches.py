@@ -143,6 +143,8 @@ class QueryBatch:
     originals: tuple[str, ...] = attrs.field(
         default=attrs.Factory(_texts_of, takes_self=True), converter=_texts
     )
+    # True for a batch made by QueryBatch.of: the root by construction (root() without comparing arrays)
+    _raw: bool = attrs.field(default=False, init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if self.origin.size != len(self.texts):
@@ -153,7 +155,15 @@ class QueryBatch:
     @classmethod
     def of(cls, texts: Iterable[str]) -> "QueryBatch":
         """The raw batch of ``texts`` (each its own original query)."""
-        return cls(_texts(texts))
+        texts = _texts(texts)
+        # what the constructor makes of checked texts (origin 0..n-1, originals = texts), without
+        # re-checking them: every run starts with one
+        new = object.__new__(cls)
+        origin = np.arange(len(texts), dtype=np.int32)
+        origin.flags.writeable = False
+        for name, value in (("texts", texts), ("origin", origin), ("originals", texts), ("_raw", True)):
+            object.__setattr__(new, name, value)
+        return new
 
     @property
     def n_original(self) -> int:
@@ -167,6 +177,8 @@ class QueryBatch:
 
     def root(self) -> "QueryBatch":
         """The batch of original queries."""
+        if self._raw:
+            return self
         return self if self.is_root else QueryBatch(self.originals)
 
     def expand(self, texts_per_query: Sequence[Sequence[str]]) -> "QueryBatch":
@@ -427,7 +439,7 @@ class Candidates:
         """The first ``k`` candidates of each query."""
         if k < 0:
             raise ValueError(f"cut needs k >= 0, got {k}")
-        if len(self) == 0 or int(self.counts().max(initial=0)) <= k:
+        if len(self) <= k or int(self.counts().max(initial=0)) <= k:
             return self
         return self.select(self.rank <= k)
 

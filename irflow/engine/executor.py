@@ -229,6 +229,7 @@ class _Run:
     # cache keys of the outputs so far, and of the corpus (None: no cache, nothing is keyed)
     keys: dict[str, Any] | None
     corpus_key: Any
+    switched_off: Candidates | None = None
 
     @classmethod
     def prepare(cls, recipe: RecipeSpec, corpus: CorpusProtocol, query_or_queries: Any, *, trace: bool,
@@ -272,10 +273,18 @@ class _Run:
     def execute(self, name: str) -> None:
         """Run stage ``name`` once for the whole batch (or reuse its cached output, or switch it off)."""
         cls, bound, stage = self.pipeline.classes[name], self.pipeline.bindings[name], self.stages[name]
-        kwargs, active = self._inputs(name)
+        kwargs, active, live = self._inputs(name)
+        if active and self.recorder is None and self.keys is None:
+            # untraced and uncached (every search()): a stage that declares it would return an input
+            # unchanged is not called — its output is that input
+            port = stage.passes_through(live)
+            if port is not None:
+                value = kwargs[port]
+                self.outputs[name] = next(iter(value.values())) if isinstance(value, dict) else value
+                return
         start = time.perf_counter() if self.recorder is not None else 0.0
         if not active:
-            output: Any = Candidates.inactive(self.batch) if cls.output is CANDIDATES else INACTIVE
+            output: Any = self._inactive() if cls.output is CANDIDATES else INACTIVE
             status = "inactive"
             if self.keys is not None:
                 self.keys[name] = ("inactive", name)
@@ -288,26 +297,36 @@ class _Run:
             self.recorder.append(StageEvent(name, cls.kind, stage.params(), inputs_by_upstream, dict(bound), output,
                                             elapsed, status))
 
-    def _inputs(self, name: str) -> tuple[dict[str, Any], bool]:
+    def _inputs(self, name: str) -> tuple[dict[str, Any], bool, dict[str, int]]:
         """The stage's inputs by port (a variadic port gets ``{upstream: value}`` without inactive entries),
-        and whether it runs: its ``when`` holds and no required input is inactive."""
+        whether it runs (its ``when`` holds and no required input is inactive), and the live upstreams per port."""
         when, ports = self.pipeline.input_plan(name)
         values = self.values
         active = all(any(values.get(param) == v and isinstance(values.get(param), bool) == isinstance(v, bool)
                          for v in allowed) for param, allowed in when)
         kwargs: dict[str, Any] = {}
+        counts: dict[str, int] = {}
         for port, variadic, minimum, required, sources in ports:
             if variadic:
                 live = {s: self.outputs[s] for s in sources if not is_inactive(self.outputs[s])}
                 if len(live) < minimum:
                     active = False
                 kwargs[port] = live
+                counts[port] = len(live)
             else:
                 value = self.outputs[sources[0]]
-                if is_inactive(value) and required:
+                off = is_inactive(value)
+                if off and required:
                     active = False
                 kwargs[port] = value
-        return kwargs, active
+                counts[port] = 0 if off else 1
+        return kwargs, active, counts
+
+    def _inactive(self) -> Candidates:
+        """The output of a switched-off stage: one per run, shared (it is empty and immutable)."""
+        if self.switched_off is None:
+            self.switched_off = Candidates.inactive(self.batch)
+        return self.switched_off
 
     def _cached_or_run(self, name: str, stage: Stage, kwargs: Mapping[str, Any]) -> tuple[Any, str]:
         """The stage's output, from the cache when it holds this very execution, else by running it."""

@@ -60,10 +60,12 @@ def resolve_params_keyed(recipe: RecipeSpec,
     every value of every run).
     """
     overrides = dict(overrides or {})
-    try:
-        key: Hashable | None = cache_key(overrides)
-    except UnkeyableError:
-        key = None
+    key: Hashable | None = _flat_key(overrides)
+    if key is None:
+        try:
+            key = cache_key(overrides)
+        except UnkeyableError:
+            key = None
     memo: dict[Any, dict[str, Any]] = recipe.memo("resolved params", dict)
     if key is not None and key in memo:
         # derived values are recomputed only when a given value changes them (they are ints of
@@ -75,6 +77,29 @@ def resolve_params_keyed(recipe: RecipeSpec,
             memo.pop(next(iter(memo)))
         memo[key] = dict(values)
     return values, key
+
+
+#: Argument types a flat key spells by (type, value): exact types, none of them holds anything.
+_FLAT = frozenset({type(None), bool, int, str})
+
+
+def _flat_key(overrides: Mapping[str, Any]) -> Hashable | None:
+    """A type-exact key of arguments that are all plain scalars (every ``search()`` call), else None.
+
+    The general :func:`~irflow.util.cachekey.cache_key` walks each value; this is one tuple, in
+    argument order (another order is another key: a miss, never a wrong hit).  Floats by bit
+    pattern, as ``cache_key`` spells them (``-0.0`` is not ``0.0``).
+    """
+    parts: list[tuple[Any, ...]] = []
+    for name, value in overrides.items():
+        cls = type(value)
+        if cls is float:
+            parts.append((name, cls, value.hex()))
+        elif cls in _FLAT:
+            parts.append((name, cls, value))
+        else:
+            return None
+    return ("flat", tuple(parts))
 
 
 def _resolve_params(recipe: RecipeSpec, overrides: dict[str, Any]) -> dict[str, Any]:
