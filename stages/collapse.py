@@ -70,6 +70,9 @@ class Collapse(Stage):
             candidates = _cut_subqueries(candidates, self.subquery_k)
         root = candidates.queries.root()
         m = len(candidates)
+        if m == 0:  # nothing found (an empty query, a filter that keeps nothing): nothing to merge
+            none = np.empty(0, dtype=np.int64)
+            return _chosen(ctx.name, candidates, root, none, none, np.empty(0, dtype=np.int32))
         origin = candidates.origin_index.astype(np.int64)
         score = candidates.score
         row = candidates.row
@@ -96,12 +99,7 @@ class Collapse(Stage):
         sorted_origin = origin[winners[final]]
         run_start = np.searchsorted(sorted_origin, sorted_origin, side="left")
         final = final[np.arange(final.size) - run_start < self.k]
-        chosen = winners[final]
-        columns = {name: column[chosen] for name, column in candidates.provenance.items()}
-        columns[f"{ctx.name}.merged"] = merged[final].astype(np.int32)
-        columns[f"{ctx.name}.input_rank"] = candidates.rank[chosen]
-        columns[f"{ctx.name}.subquery"] = candidates.query_index[chosen]
-        return Candidates(root, origin[chosen], row[chosen], score[chosen], candidates.scale, columns)
+        return _chosen(ctx.name, candidates, root, origin, winners[final], merged[final].astype(np.int32))
 
     def _distinct(self, ctx: StageContext, candidates: Candidates, root: QueryBatch,
                   origin: np.ndarray) -> Candidates:
@@ -117,11 +115,19 @@ class Collapse(Stage):
         sorted_origin = origin[final]
         run_start = np.searchsorted(sorted_origin, sorted_origin, side="left")
         chosen = final[np.arange(final.size) - run_start < self.k]
-        columns = {name: column[chosen] for name, column in candidates.provenance.items()}
-        columns[f"{ctx.name}.merged"] = np.ones(chosen.size, dtype=np.int32)
-        columns[f"{ctx.name}.input_rank"] = candidates.rank[chosen]
-        columns[f"{ctx.name}.subquery"] = candidates.query_index[chosen]
-        return Candidates(root, origin[chosen], row[chosen], score[chosen], candidates.scale, columns)
+        return _chosen(ctx.name, candidates, root, origin, chosen, np.ones(chosen.size, dtype=np.int32))
+
+
+def _chosen(name: str, candidates: Candidates, root: QueryBatch, origin: np.ndarray, chosen: np.ndarray,
+            merged: np.ndarray) -> Candidates:
+    """The chosen entries (ordered by original query, then rank) as a batch of the original queries."""
+    columns = {f"{name}.merged": merged, f"{name}.input_rank": candidates.rank[chosen],
+               f"{name}.subquery": candidates.query_index[chosen]}
+    if root is candidates.queries:  # no formulated texts: the query index is the origin, taken as it is
+        return candidates.take(chosen, columns)
+    columns.update((n, column[chosen]) for n, column in candidates.provenance.items())
+    return Candidates(root, origin[chosen], candidates.row[chosen], candidates.score[chosen], candidates.scale,
+                      columns)
 
 
 def _cut_subqueries(candidates: Candidates, k: int) -> Candidates:

@@ -388,17 +388,20 @@ class Candidates:
 
     # -- derived batches -----------------------------------------------------
 
-    def take(self, index: Any) -> "Candidates":
+    def take(self, index: Any, columns: Mapping[str, Any] | None = None) -> "Candidates":
         """The candidates at ``index`` (int positions), in that order, with their provenance.
 
-        ``index`` must keep the queries grouped in ascending order; the ranks
-        are renumbered from the new order.
+        ``index`` must keep the queries grouped in ascending order (a
+        ValueError otherwise); the ranks are renumbered from the new order.
+        ``columns`` adds provenance columns, one entry per taken candidate.
+        The taken columns are subsets of checked ones: only the grouping is
+        checked again (a fixed cost of every stage that re-orders).
         """
         index = np.asarray(index, dtype=np.int64).reshape(-1)
-        return Candidates(
-            self.queries, self.query_index[index], self.row[index], self.score[index], self.scale,
-            {name: column[index] for name, column in self.provenance.items()}, self.active,
-        )
+        if self.queries.texts.__len__() > 1 and index.size > 1 and np.any(np.diff(self.query_index[index]) < 0):
+            raise ValueError("take needs an index that keeps the candidates grouped by query (non-decreasing query_index)")
+        taken = self._take_grouped(index)
+        return taken if not columns else taken.with_provenance(columns)
 
     def _take_grouped(self, index: np.ndarray) -> "Candidates":
         """:meth:`take` for an int64 ``index`` that keeps the queries grouped by construction.
