@@ -272,16 +272,14 @@ class _Run:
 
     def execute(self, name: str) -> None:
         """Run stage ``name`` once for the whole batch (or reuse its cached output, or switch it off)."""
-        cls, bound, stage = self.pipeline.classes[name], self.pipeline.bindings[name], self.stages[name]
+        stage = self.stages[name]
         kwargs, active, live = self._inputs(name)
-        if active and self.recorder is None and self.keys is None:
-            # untraced and uncached (every search()): a stage that declares it would return an input
-            # unchanged is not called — its output is that input
-            port = stage.passes_through(live)
-            if port is not None:
-                value = kwargs[port]
-                self.outputs[name] = next(iter(value.values())) if isinstance(value, dict) else value
-                return
+        if self.recorder is None and self.keys is None:
+            # untraced and uncached (every search()): nothing to record or key; a stage that declares
+            # it would return an input unchanged is not called — its output is that input
+            self.outputs[name] = self._plain(name, stage, kwargs, active, live)
+            return
+        cls, bound = self.pipeline.classes[name], self.pipeline.bindings[name]
         start = time.perf_counter() if self.recorder is not None else 0.0
         if not active:
             output: Any = self._inactive() if cls.output is CANDIDATES else INACTIVE
@@ -296,6 +294,16 @@ class _Run:
             inputs_by_upstream = {s: self.outputs[s] for sources in bound.values() for s in sources}
             self.recorder.append(StageEvent(name, cls.kind, stage.params(), inputs_by_upstream, dict(bound), output,
                                             elapsed, status))
+
+    def _plain(self, name: str, stage: Stage, kwargs: dict[str, Any], active: bool, live: dict[str, int]) -> Any:
+        """A stage's output in an untraced, uncached run."""
+        if not active:
+            return self._inactive() if type(stage).output is CANDIDATES else INACTIVE
+        port = stage.passes_through(live)
+        if port is None:
+            return _run_stage(stage, StageContext(self.corpus, name, self.batch), kwargs, name, self.corpus)
+        value = kwargs[port]
+        return next(iter(value.values())) if isinstance(value, dict) else value
 
     def _inputs(self, name: str) -> tuple[dict[str, Any], bool, dict[str, int]]:
         """The stage's inputs by port (a variadic port gets ``{upstream: value}`` without inactive entries),
