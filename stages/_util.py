@@ -32,7 +32,7 @@ def spread(topk: Any, inverse: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     rows = np.asarray(topk.row, dtype=np.int64)
     scores = np.asarray(topk.score, dtype=np.float64)
     n_unique = int(topk.n_queries)
-    if inverse.size == n_unique and np.array_equal(inverse, np.arange(n_unique)):
+    if inverse.size == n_unique and (n_unique == 1 or np.array_equal(inverse, np.arange(n_unique))):
         return qi, rows, scores
     counts = np.bincount(qi, minlength=n_unique)
     offsets = np.concatenate(([0], np.cumsum(counts)))

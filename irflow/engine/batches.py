@@ -400,10 +400,9 @@ class Candidates:
         index = np.asarray(index, dtype=np.int64).reshape(-1)
         if self.queries.texts.__len__() > 1 and index.size > 1 and np.any(np.diff(self.query_index[index]) < 0):
             raise ValueError("take needs an index that keeps the candidates grouped by query (non-decreasing query_index)")
-        taken = self._take_grouped(index)
-        return taken if not columns else taken.with_provenance(columns)
+        return self._take_grouped(index, columns)
 
-    def _take_grouped(self, index: np.ndarray) -> "Candidates":
+    def _take_grouped(self, index: np.ndarray, columns: Mapping[str, Any] | None = None) -> "Candidates":
         """:meth:`take` for an int64 ``index`` that keeps the queries grouped by construction.
 
         For :meth:`select` (positions in order) and :meth:`sorted_by_score`
@@ -414,6 +413,11 @@ class Candidates:
         """
         new = object.__new__(Candidates)
         provenance = {name: _frozen_gather(column, index) for name, column in self.provenance.items()}
+        if columns:
+            for name, column in _provenance(columns).items():
+                if column.ndim != 1 or column.size != index.size:
+                    raise ValueError(f"provenance column {name!r} has shape {column.shape}; expected ({index.size},)")
+                provenance[name] = column
         for name, value in (("queries", self.queries), ("query_index", _frozen_gather(self.query_index, index)),
                             ("row", _frozen_gather(self.row, index)), ("score", _frozen_gather(self.score, index)),
                             ("scale", self.scale), ("provenance", MappingProxyType(provenance)),
