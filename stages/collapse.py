@@ -66,7 +66,7 @@ class Collapse(Stage):
         return ups[0].scales if ups else None
 
     def run(self, ctx: StageContext, candidates: Candidates) -> Candidates:
-        if self.subquery_k is not None:
+        if self.subquery_k is not None and len(candidates.queries) > 1:  # one text is no sub-query
             candidates = _cut_subqueries(candidates, self.subquery_k)
         root = candidates.queries.root()
         m = len(candidates)
@@ -111,6 +111,9 @@ class Collapse(Stage):
         same order, without grouping (a fixed cost of every ``search()``).
         """
         row, score = candidates.row, candidates.score
+        if len(candidates.queries) == 1:  # one query text (every search()): one ranking, cut to k
+            chosen = np.lexsort((row, -score))[:self.k]
+            return _chosen(ctx.name, candidates, root, origin, chosen, np.ones(chosen.size, dtype=np.int32))
         final = np.lexsort((row, -score, origin))
         sorted_origin = origin[final]
         run_start = np.searchsorted(sorted_origin, sorted_origin, side="left")
