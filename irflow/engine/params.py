@@ -46,7 +46,9 @@ def resolve_params(recipe: RecipeSpec, overrides: Mapping[str, Any] | None = Non
     object and type-exact key (``rrf_k=True`` never reuses ``rrf_k=1``'s
     result); arguments with no key (callables held by identity aside) are
     resolved every time.  A hit returns a new dict holding the caller's
-    own objects, never the ones of an earlier call.
+    own objects, never the ones of an earlier call (plain scalars — None,
+    bool, int, float, str — are immutable: an equal one of the same type
+    stands in for the caller's).
     """
     return resolve_params_keyed(recipe, overrides)[0]
 
@@ -60,13 +62,15 @@ def resolve_params_keyed(recipe: RecipeSpec,
     every value of every run).
     """
     overrides = dict(overrides or {})
+    memo: dict[Any, dict[str, Any]] = recipe.memo("resolved params", dict)
     key: Hashable | None = _flat_key(overrides)
+    if key is not None and key in memo:
+        return dict(memo[key]), key  # plain scalars: the remembered values are the caller's, equal and immutable
     if key is None:
         try:
             key = cache_key(overrides)
         except UnkeyableError:
             key = None
-    memo: dict[Any, dict[str, Any]] = recipe.memo("resolved params", dict)
     if key is not None and key in memo:
         # derived values are recomputed only when a given value changes them (they are ints of
         # the rules in DERIVED_RULES); the given values are this call's objects
