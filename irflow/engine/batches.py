@@ -66,6 +66,8 @@ def _frozen_empty(dtype: Any) -> np.ndarray:
 
 # shared read-only empty columns (of inactive batches)
 _EMPTY_INT32, _EMPTY_INT64, _EMPTY_FLOAT64 = (_frozen_empty(t) for t in (np.int32, np.int64, np.float64))
+_ONE_EMPTY_QUERY = np.zeros(2, dtype=np.int64)  # the offsets of one query with no candidates
+_ONE_EMPTY_QUERY.flags.writeable = False
 
 
 def _frozen_gather(column: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -305,6 +307,10 @@ class Candidates:
     def _set_ranks(self) -> None:
         """``offsets`` and ``rank`` from the (grouped) ``query_index``."""
         n, m = len(self.queries), self.query_index.size
+        if n == 1 and m == 0:  # one query, nothing found (a switched-off channel of every search())
+            object.__setattr__(self, "offsets", _ONE_EMPTY_QUERY)
+            object.__setattr__(self, "rank", _EMPTY_INT32)
+            return
         if n == 1:  # one query (every search()): what the general rule gives, without searching
             offsets = np.array([0, m], dtype=np.int64)
             rank = np.arange(1, m + 1, dtype=np.int32)
