@@ -340,6 +340,10 @@ def _compile_canonical(canonical: str) -> CompiledFilter:
     return CompiledFilter(canonical, tuple(sorted(fields)), plan)
 
 
+#: The canonical form of "no filter" (what normalize_filter makes of None, as JSON).
+_NO_FILTER = json.dumps(normalize_filter(None), sort_keys=True, separators=(",", ":"))
+
+
 def compile_filter(spec: Mapping[str, Any] | CompiledFilter | None) -> CompiledFilter:
     """Validate and compile a filter, cached by its canonical form.
 
@@ -352,5 +356,7 @@ def compile_filter(spec: Mapping[str, Any] | CompiledFilter | None) -> CompiledF
     """
     if isinstance(spec, CompiledFilter):
         return spec
+    if spec is None:  # no filter (every search() without one): the same compiled "every row", without JSON
+        return _compile_canonical(_NO_FILTER)
     normalized = normalize_filter(spec)
     return _compile_canonical(json.dumps(normalized, sort_keys=True, separators=(",", ":")))
