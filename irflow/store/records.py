@@ -153,10 +153,15 @@ class SearchHit:
         store.  Every ``search()`` makes ``k`` of them.
         """
         hit = object.__new__(cls)
-        for name, value in (("artifact_id", artifact_id), ("surface_kind", surface_kind), ("score", score),
-                            ("text", text), ("metadata", dict(metadata)), ("source", source),
-                            ("surface_index", surface_index), ("record_id", record_id)):
-            object.__setattr__(hit, name, value)
+        set_ = object.__setattr__  # frozen: the fields are set the way attrs' own __init__ sets them
+        set_(hit, "artifact_id", artifact_id)
+        set_(hit, "surface_kind", surface_kind)
+        set_(hit, "score", score)
+        set_(hit, "text", text)
+        set_(hit, "metadata", dict(metadata))
+        set_(hit, "source", source)
+        set_(hit, "surface_index", surface_index)
+        set_(hit, "record_id", record_id)
         return hit
 
     @property
