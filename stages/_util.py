@@ -48,8 +48,7 @@ def spread(topk: Any, inverse: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
 def channel(queries: QueryBatch, query_index: np.ndarray, row: np.ndarray, score: np.ndarray,
             scale: Scale, name: str) -> Candidates:
     """A first-stage channel's Candidates with its ``<name>.score`` / ``<name>.rank`` provenance."""
-    c = Candidates(queries, query_index, row, score, scale)
-    return c.with_provenance({f"{name}.score": c.score, f"{name}.rank": c.rank})
+    return Candidates(queries, query_index, row, score, scale).with_channel_columns(name)
 
 
 def empty_channel(queries: QueryBatch, scale: Scale, name: str) -> Candidates:

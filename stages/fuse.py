@@ -214,7 +214,7 @@ class Fuse(Stage):
         columns = _provenance(name, names, batches, e, contribution, out_pos, is_pt)
         result = Candidates(batches[0].queries, out_q, out_row, out_score,
                             self._scale(scale, passthrough, batches, out_q), columns)
-        return result.with_provenance({f"{name}.score": result.score, f"{name}.rank": result.rank})
+        return result.with_channel_columns(name)
 
     def _blend_contributions(self, src: np.ndarray, score: np.ndarray, cos_j: int, bm_j: int) -> np.ndarray:
         """blend: ``alpha * cosine`` for the cosine input, ``(1 - alpha) * bm25 / (bm25 + bm25_sat_k)`` for the

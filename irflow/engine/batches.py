@@ -465,6 +465,22 @@ class Candidates:
             raise ValueError("candidate scores must not be NaN")
         return self._same_order(score, Scale(scale), provenance)
 
+    def with_channel_columns(self, name: str) -> "Candidates":
+        """Same batch with its own score and rank as provenance ``<name>.score`` / ``<name>.rank``.
+
+        What a first stage (a channel) records so later stages still know
+        how it ranked each candidate: both are this batch's own checked,
+        frozen columns, so nothing is converted or checked again.
+        """
+        new = object.__new__(Candidates)
+        for field in ("queries", "query_index", "row", "score", "scale", "active", "offsets", "rank"):
+            object.__setattr__(new, field, getattr(self, field))
+        columns = dict(self.provenance)
+        columns[f"{name}.score"] = self.score
+        columns[f"{name}.rank"] = self.rank
+        object.__setattr__(new, "provenance", MappingProxyType(columns))
+        return new
+
     def with_provenance(self, columns: Mapping[str, Any]) -> "Candidates":
         """Same batch with provenance ``columns`` added (or replaced)."""
         return self._same_order(self.score, self.scale, columns)
