@@ -71,19 +71,18 @@ class Collapse(Stage):
         root = candidates.queries.root()
         m = len(candidates)
         if m == 0:  # nothing found (an empty query, a filter that keeps nothing): nothing to merge
-            none = np.empty(0, dtype=np.int64)
-            return _chosen(ctx.name, candidates, root, none, none, np.empty(0, dtype=np.int32))
-        origin = candidates.origin_index.astype(np.int64)
+            return _chosen(ctx.name, candidates, root, np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int32))
         score = candidates.score
         row = candidates.row
-        if self.per_artifact and m:
+        if self.per_artifact:
             artifacts = ctx.corpus.artifact_ids_of(candidates.row)
             if len(set(artifacts.tolist())) == m:
-                return self._distinct(ctx, candidates, root, origin)
+                return self._distinct(ctx, candidates, root)
             _, codes = np.unique(artifacts, return_inverse=True)
             codes = codes.reshape(-1).astype(np.int64)
         else:
             codes = candidates.row
+        origin = candidates.origin_index.astype(np.int64)
         position = np.arange(m)
         # best entry of each (query, key) group: highest score, then lowest row, then earliest position
         order = np.lexsort((position, row, -score, codes, origin))
@@ -99,10 +98,9 @@ class Collapse(Stage):
         sorted_origin = origin[winners[final]]
         run_start = np.searchsorted(sorted_origin, sorted_origin, side="left")
         final = final[np.arange(final.size) - run_start < self.k]
-        return _chosen(ctx.name, candidates, root, origin, winners[final], merged[final].astype(np.int32))
+        return _chosen(ctx.name, candidates, root, winners[final], merged[final].astype(np.int32))
 
-    def _distinct(self, ctx: StageContext, candidates: Candidates, root: QueryBatch,
-                  origin: np.ndarray) -> Candidates:
+    def _distinct(self, ctx: StageContext, candidates: Candidates, root: QueryBatch) -> Candidates:
         """:meth:`run` when every candidate is an artifact of its own (rows distinct too).
 
         Every group is one entry, its own winner (``merged`` = 1), so the
@@ -113,15 +111,16 @@ class Collapse(Stage):
         row, score = candidates.row, candidates.score
         if len(candidates.queries) == 1:  # one query text (every search()): one ranking, cut to k
             chosen = np.lexsort((row, -score))[:self.k]
-            return _chosen(ctx.name, candidates, root, origin, chosen, np.ones(chosen.size, dtype=np.int32))
+            return _chosen(ctx.name, candidates, root, chosen, np.ones(chosen.size, dtype=np.int32))
+        origin = candidates.origin_index.astype(np.int64)
         final = np.lexsort((row, -score, origin))
         sorted_origin = origin[final]
         run_start = np.searchsorted(sorted_origin, sorted_origin, side="left")
         chosen = final[np.arange(final.size) - run_start < self.k]
-        return _chosen(ctx.name, candidates, root, origin, chosen, np.ones(chosen.size, dtype=np.int32))
+        return _chosen(ctx.name, candidates, root, chosen, np.ones(chosen.size, dtype=np.int32))
 
 
-def _chosen(name: str, candidates: Candidates, root: QueryBatch, origin: np.ndarray, chosen: np.ndarray,
+def _chosen(name: str, candidates: Candidates, root: QueryBatch, chosen: np.ndarray,
             merged: np.ndarray) -> Candidates:
     """The chosen entries (ordered by original query, then rank) as a batch of the original queries."""
     columns = {f"{name}.merged": merged, f"{name}.input_rank": candidates.rank[chosen],
@@ -129,8 +128,8 @@ def _chosen(name: str, candidates: Candidates, root: QueryBatch, origin: np.ndar
     if root is candidates.queries:  # no formulated texts: the query index is the origin, taken as it is
         return candidates.take(chosen, columns)
     columns.update((n, column[chosen]) for n, column in candidates.provenance.items())
-    return Candidates(root, origin[chosen], candidates.row[chosen], candidates.score[chosen], candidates.scale,
-                      columns)
+    return Candidates(root, candidates.origin_index[chosen], candidates.row[chosen], candidates.score[chosen],
+                      candidates.scale, columns)
 
 
 def _cut_subqueries(candidates: Candidates, k: int) -> Candidates:
