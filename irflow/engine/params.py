@@ -63,14 +63,9 @@ def resolve_params_keyed(recipe: RecipeSpec,
     """
     overrides = dict(overrides or {})
     memo: dict[Any, dict[str, Any]] = recipe.memo("resolved params", dict)
-    key: Hashable | None = _flat_key(overrides)
-    if key is not None and key in memo:
+    key, plain = _arguments_key(overrides)
+    if plain and key in memo:
         return dict(memo[key]), key  # plain scalars: the remembered values are the caller's, equal and immutable
-    if key is None:
-        try:
-            key = cache_key(overrides)
-        except UnkeyableError:
-            key = None
     if key is not None and key in memo:
         # derived values are recomputed only when a given value changes them (they are ints of
         # the rules in DERIVED_RULES); the given values are this call's objects
@@ -87,14 +82,16 @@ def resolve_params_keyed(recipe: RecipeSpec,
 _FLAT = frozenset({type(None), bool, int, str})
 
 
-def _flat_key(overrides: Mapping[str, Any]) -> Hashable | None:
-    """A type-exact key of arguments that are all plain scalars (every ``search()`` call), else None.
+def _arguments_key(overrides: Mapping[str, Any]) -> tuple[Hashable | None, bool]:
+    """A type-exact key of a run's arguments (None: one has no key), and whether all are plain scalars.
 
-    The general :func:`~irflow.util.cachekey.cache_key` walks each value; this is one tuple, in
-    argument order (another order is another key: a miss, never a wrong hit).  Floats by bit
-    pattern, as ``cache_key`` spells them (``-0.0`` is not ``0.0``).
+    One tuple in argument order (another order is another key: a miss, never a wrong hit);
+    plain scalars spelled by (type, value) — floats by bit pattern, as
+    :func:`~irflow.util.cachekey.cache_key` spells them (``-0.0`` is not ``0.0``) — and only the
+    other values walked by ``cache_key``: a ``search()`` passes 17 arguments, most of them None.
     """
     parts: list[tuple[Any, ...]] = []
+    plain = True
     for name, value in overrides.items():
         cls = type(value)
         if cls is float:
@@ -102,8 +99,12 @@ def _flat_key(overrides: Mapping[str, Any]) -> Hashable | None:
         elif cls in _FLAT:
             parts.append((name, cls, value))
         else:
-            return None
-    return ("flat", tuple(parts))
+            plain = False
+            try:
+                parts.append((name, "key", cache_key(value)))
+            except UnkeyableError:
+                return None, False
+    return ("arguments", tuple(parts)), plain
 
 
 def _resolve_params(recipe: RecipeSpec, overrides: dict[str, Any]) -> dict[str, Any]:
