@@ -17,6 +17,8 @@ def unique_texts(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:
     batch repeats the original query.  A loop over the queries of a batch
     (not over candidates): small, and dict-based dedup keeps first-seen order.
     """
+    if len(texts) == 1:  # one query (every search())
+        return [texts[0]], np.zeros(1, dtype=np.int64)
     index: dict[str, int] = {}
     inverse = np.fromiter((index.setdefault(t, len(index)) for t in texts), dtype=np.int64, count=len(texts))
     return list(index), inverse
@@ -72,9 +74,7 @@ def several_texts(queries: QueryBatch) -> np.ndarray:
 
 def cut_per_text(candidates: Candidates, fetch_k: int, subquery_fetch_k: int | None) -> Candidates:
     """Each text's first ``fetch_k`` candidates — ``subquery_fetch_k`` for sub-query texts when given."""
-    if len(candidates) <= min(fetch_k, fetch_k if subquery_fetch_k is None else subquery_fetch_k):
-        return candidates  # no text can hold more than the batch does: nothing to cut
-    if subquery_fetch_k is None:
+    if subquery_fetch_k is None or len(candidates.queries) == 1:  # one text is no sub-query
         return candidates.cut(fetch_k)
     several = several_texts(candidates.queries)
     if not several.any():
@@ -86,7 +86,7 @@ def cut_per_text(candidates: Candidates, fetch_k: int, subquery_fetch_k: int | N
 
 def fetch_depth(queries: QueryBatch, fetch_k: int, subquery_fetch_k: int | None) -> int:
     """How deep a channel must fetch so that :func:`cut_per_text` can give every text its depth."""
-    if subquery_fetch_k is None or not several_texts(queries).any():
+    if subquery_fetch_k is None or len(queries) == 1 or not several_texts(queries).any():
         return fetch_k
     return max(fetch_k, subquery_fetch_k)
 
