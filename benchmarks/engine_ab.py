@@ -1,9 +1,11 @@
-"""The engine's fixed cost per ``search()`` call, two library versions side by side (issue 12, item 2).
+"""The engine's fixed cost per ``search()`` call, library versions side by side (issue 12, item 2).
 
 Each version is a plain copy of the repository (``git archive <commit> | tar -x -C DIR``;
 the script links ``DIR/irflow/stages`` and ``DIR/irflow/recipes`` so the copy imports its own
-stage kinds and recipes).  The versions run in child processes, alternated A B A B ...
-(``--rounds``), each child timing single queries interleaved query by query:
+stage kinds and recipes).  Every version runs in a child process of its own, all alive at
+once; the parent asks them in turn, query by query (A B A B ...), so they share the machine's
+load at the same moments — on a shared machine, versions timed one after the other see
+different loads.  For each query a child times, one after the other:
 
 - ``kernel k50``: ``bm25_topk`` at top 50, the kernel call ``search()`` makes;
 - ``search lexical``: ``irflow.search(corpus, text, mode="lexical", k=10)``;
@@ -11,11 +13,11 @@ stage kinds and recipes).  The versions run in child processes, alternated A B A
 
 Corpus: issue 12's (``zipf_corpus.py``: Zipf vocabulary of 50k words, documents of 20-200
 tokens), ``--docs`` records, built once into ``--corpus`` (hash:64 vectors); 200 content-word
-queries.  CPU ms per query: the median over passes per query, then median and p90 over
-queries; "engine" = search lexical - kernel k50, per query.
+queries.  CPU ms per query (the child's process time): the median over ``--passes`` per
+query, then median and p90 over queries; "engine" = search lexical - kernel k50, per query.
 
     git archive <base> | tar -x -C /tmp/base && git archive HEAD | tar -x -C /tmp/new
-    python benchmarks/engine_ab.py /tmp/base /tmp/new --rounds 3 --passes 2
+    python benchmarks/engine_ab.py /tmp/base /tmp/new --passes 5
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+SYSTEMS = ("kernel k50", "search lexical", "search hybrid")
 
 
-def child(root: str, corpus_path: str, docs: int, passes: int) -> None:
+def child(root: str, corpus_path: str, docs: int) -> None:
+    """Serve timings: read a query number per line, answer one JSON line of CPU ms per system."""
     sys.path.insert(0, root)
     sys.path.insert(1, HERE)
     import irflow
@@ -55,46 +59,59 @@ def child(root: str, corpus_path: str, docs: int, passes: int) -> None:
     for i in range(20):  # warm up (numba compiles on the first call)
         for run in runs.values():
             run(i)
-    times = {name: np.zeros((passes, len(texts))) for name in runs}
-    for p in range(passes):
-        for i in range(len(texts)):
-            for name, run in runs.items():
-                start = time.process_time_ns()
-                run(i)
-                times[name][p, i] = (time.process_time_ns() - start) / 1e6
-    print(json.dumps({name: t.tolist() for name, t in times.items()}))
+    print(json.dumps({"queries": len(texts)}), flush=True)
+    for line in sys.stdin:
+        i = int(line)
+        found = {}
+        for name, run in runs.items():
+            start = time.process_time_ns()
+            run(i)
+            found[name] = (time.process_time_ns() - start) / 1e6
+        print(json.dumps(found), flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("versions", nargs="+", help="repository copies to compare (first = baseline)")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--passes", type=int, default=2)
+    parser.add_argument("--passes", type=int, default=5, help="passes over the queries (median per query)")
     parser.add_argument("--docs", type=int, default=100_000)
     parser.add_argument("--corpus", default=os.path.join("/tmp", "irflow_engine_ab_corpus"))
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.versions[0], args.corpus, args.docs, args.passes)
+        child(args.versions[0], args.corpus, args.docs)
         return
     for root in args.versions:
         for name in ("stages", "recipes"):
             link = os.path.join(root, "irflow", name)
             if not os.path.exists(link):
                 os.symlink(os.path.join("..", name), link)
-    found: dict[str, dict[str, list]] = {root: {} for root in args.versions}
-    for _ in range(args.rounds):
-        for root in args.versions:
-            out = subprocess.run([sys.executable, os.path.abspath(__file__), root, "--child", "--corpus", args.corpus,
-                                  "--docs", str(args.docs), "--passes", str(args.passes)],
-                                 capture_output=True, text=True, check=True, cwd="/").stdout
-            for name, t in json.loads(out).items():
-                found[root].setdefault(name, []).extend(t)
+    children = []
+    for root in args.versions:  # one at a time: the first one may build the corpus
+        child_process = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), root, "--child", "--corpus", args.corpus,
+             "--docs", str(args.docs)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/")
+        n_queries = json.loads(child_process.stdout.readline())["queries"]
+        children.append(child_process)
+    times = {root: {name: np.zeros((args.passes, n_queries)) for name in SYSTEMS} for root in args.versions}
+    for p in range(args.passes):
+        for i in range(n_queries):
+            # alternate which version goes first, so neither always follows the other's cache traffic
+            order = list(zip(args.versions, children))
+            for root, child_process in (order if (p + i) % 2 == 0 else order[::-1]):
+                child_process.stdin.write(f"{i}\n")
+                child_process.stdin.flush()
+                for name, ms in json.loads(child_process.stdout.readline()).items():
+                    times[root][name][p, i] = ms
+    for child_process in children:
+        child_process.stdin.close()
+        child_process.wait()
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
     print(f"cpu {cpu}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}; "
-          f"{args.docs} records; rounds {args.rounds} x passes {args.passes}, alternated")
-    for root, times in found.items():
-        per_query = {name: np.median(np.array(t), axis=0) for name, t in times.items()}
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {args.docs} records; "
+          f"{args.passes} passes, versions alternated query by query")
+    for root in args.versions:
+        per_query = {name: np.median(t, axis=0) for name, t in times[root].items()}
         engine = per_query["search lexical"] - per_query["kernel k50"]
         print(f"[{root}]")
         for name, t in per_query.items():

@@ -17,6 +17,8 @@ def unique_texts(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:
     batch repeats the original query.  A loop over the queries of a batch
     (not over candidates): small, and dict-based dedup keeps first-seen order.
     """
+    if len(texts) == 1:  # one query (every search())
+        return [texts[0]], np.zeros(1, dtype=np.int64)
     index: dict[str, int] = {}
     inverse = np.fromiter((index.setdefault(t, len(index)) for t in texts), dtype=np.int64, count=len(texts))
     return list(index), inverse
@@ -32,7 +34,7 @@ def spread(topk: Any, inverse: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     rows = np.asarray(topk.row, dtype=np.int64)
     scores = np.asarray(topk.score, dtype=np.float64)
     n_unique = int(topk.n_queries)
-    if inverse.size == n_unique and np.array_equal(inverse, np.arange(n_unique)):
+    if inverse.size == n_unique and (n_unique == 1 or np.array_equal(inverse, np.arange(n_unique))):
         return qi, rows, scores
     counts = np.bincount(qi, minlength=n_unique)
     offsets = np.concatenate(([0], np.cumsum(counts)))
@@ -48,8 +50,7 @@ def spread(topk: Any, inverse: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
 def channel(queries: QueryBatch, query_index: np.ndarray, row: np.ndarray, score: np.ndarray,
             scale: Scale, name: str) -> Candidates:
     """A first-stage channel's Candidates with its ``<name>.score`` / ``<name>.rank`` provenance."""
-    c = Candidates(queries, query_index, row, score, scale)
-    return c.with_provenance({f"{name}.score": c.score, f"{name}.rank": c.rank})
+    return Candidates(queries, query_index, row, score, scale).with_channel_columns(name)
 
 
 def empty_channel(queries: QueryBatch, scale: Scale, name: str) -> Candidates:
@@ -73,7 +74,7 @@ def several_texts(queries: QueryBatch) -> np.ndarray:
 
 def cut_per_text(candidates: Candidates, fetch_k: int, subquery_fetch_k: int | None) -> Candidates:
     """Each text's first ``fetch_k`` candidates — ``subquery_fetch_k`` for sub-query texts when given."""
-    if subquery_fetch_k is None:
+    if subquery_fetch_k is None or len(candidates.queries) == 1:  # one text is no sub-query
         return candidates.cut(fetch_k)
     several = several_texts(candidates.queries)
     if not several.any():
@@ -85,7 +86,7 @@ def cut_per_text(candidates: Candidates, fetch_k: int, subquery_fetch_k: int | N
 
 def fetch_depth(queries: QueryBatch, fetch_k: int, subquery_fetch_k: int | None) -> int:
     """How deep a channel must fetch so that :func:`cut_per_text` can give every text its depth."""
-    if subquery_fetch_k is None or not several_texts(queries).any():
+    if subquery_fetch_k is None or len(queries) == 1 or not several_texts(queries).any():
         return fetch_k
     return max(fetch_k, subquery_fetch_k)
 

@@ -44,6 +44,9 @@ class Boost(Stage):
         ups = inputs.get("candidates", ())
         return ups[0].scales if ups else None
 
+    def passes_through(self, live: Mapping[str, int]) -> str | None:
+        return "candidates" if self.boost is None else None
+
     def run(self, ctx: StageContext, candidates: Candidates) -> Candidates:
         boost = registry.resolve(self.boost, what="score boost")
         if boost is None:

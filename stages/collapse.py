@@ -28,7 +28,7 @@ constant within a run.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import attrs
 import numpy as np
@@ -66,21 +66,22 @@ class Collapse(Stage):
         return ups[0].scales if ups else None
 
     def run(self, ctx: StageContext, candidates: Candidates) -> Candidates:
-        if self.subquery_k is not None:
+        if self.subquery_k is not None and len(candidates.queries) > 1:  # one text is no sub-query
             candidates = _cut_subqueries(candidates, self.subquery_k)
         root = candidates.queries.root()
         m = len(candidates)
-        origin = candidates.origin_index.astype(np.int64)
+        if m == 0:  # nothing found (an empty query, a filter that keeps nothing): nothing to merge
+            return _chosen(ctx.name, candidates, root, np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int32))
         score = candidates.score
         row = candidates.row
-        if self.per_artifact and m:
+        if self.per_artifact:
             artifacts = ctx.corpus.artifact_ids_of(candidates.row)
             if len(set(artifacts.tolist())) == m:
-                return self._distinct(ctx, candidates, root, origin)
-            _, codes = np.unique(artifacts, return_inverse=True)
-            codes = codes.reshape(-1).astype(np.int64)
+                return self._distinct(ctx, candidates, root)
+            codes = artifact_codes(artifacts)
         else:
             codes = candidates.row
+        origin = candidates.origin_index.astype(np.int64)
         position = np.arange(m)
         # best entry of each (query, key) group: highest score, then lowest row, then earliest position
         order = np.lexsort((position, row, -score, codes, origin))
@@ -96,15 +97,9 @@ class Collapse(Stage):
         sorted_origin = origin[winners[final]]
         run_start = np.searchsorted(sorted_origin, sorted_origin, side="left")
         final = final[np.arange(final.size) - run_start < self.k]
-        chosen = winners[final]
-        columns = {name: column[chosen] for name, column in candidates.provenance.items()}
-        columns[f"{ctx.name}.merged"] = merged[final].astype(np.int32)
-        columns[f"{ctx.name}.input_rank"] = candidates.rank[chosen]
-        columns[f"{ctx.name}.subquery"] = candidates.query_index[chosen]
-        return Candidates(root, origin[chosen], row[chosen], score[chosen], candidates.scale, columns)
+        return _chosen(ctx.name, candidates, root, winners[final], merged[final].astype(np.int32))
 
-    def _distinct(self, ctx: StageContext, candidates: Candidates, root: QueryBatch,
-                  origin: np.ndarray) -> Candidates:
+    def _distinct(self, ctx: StageContext, candidates: Candidates, root: QueryBatch) -> Candidates:
         """:meth:`run` when every candidate is an artifact of its own (rows distinct too).
 
         Every group is one entry, its own winner (``merged`` = 1), so the
@@ -113,15 +108,51 @@ class Collapse(Stage):
         same order, without grouping (a fixed cost of every ``search()``).
         """
         row, score = candidates.row, candidates.score
+        if len(candidates.queries) == 1:  # one query text (every search()): one ranking, cut to k
+            chosen = np.lexsort((row, -score))[:self.k]
+            return _chosen(ctx.name, candidates, root, chosen, np.ones(chosen.size, dtype=np.int32))
+        origin = candidates.origin_index.astype(np.int64)
         final = np.lexsort((row, -score, origin))
         sorted_origin = origin[final]
         run_start = np.searchsorted(sorted_origin, sorted_origin, side="left")
         chosen = final[np.arange(final.size) - run_start < self.k]
-        columns = {name: column[chosen] for name, column in candidates.provenance.items()}
-        columns[f"{ctx.name}.merged"] = np.ones(chosen.size, dtype=np.int32)
-        columns[f"{ctx.name}.input_rank"] = candidates.rank[chosen]
-        columns[f"{ctx.name}.subquery"] = candidates.query_index[chosen]
-        return Candidates(root, origin[chosen], row[chosen], score[chosen], candidates.scale, columns)
+        return _chosen(ctx.name, candidates, root, chosen, np.ones(chosen.size, dtype=np.int32))
+
+
+def artifact_codes(artifacts: np.ndarray, hash_of: Callable[[object], int] = hash) -> np.ndarray:
+    """Group codes of ids (an object array): equal ids get equal codes, different ids different ones.
+
+    Grouped by each id's hash — Python keeps it in every str, and int64 keys sort fast where
+    an object array compares ids pair by pair (``np.unique`` over a batch's 12,800 artifact
+    ids: ~12 ms, this ~3.5 ms) — then checked exactly: if two different ids share a hash, the
+    ids themselves are grouped.  Codes mean nothing across calls.
+
+    >>> codes = artifact_codes(np.array(["b", "a", "b"], dtype=object))
+    >>> bool(codes[0] == codes[2] != codes[1])
+    True
+    """
+    hashes = np.fromiter(map(hash_of, artifacts.tolist()), dtype=np.int64, count=artifacts.size)
+    _, codes = np.unique(hashes, return_inverse=True)
+    codes = codes.reshape(-1).astype(np.int64)
+    order = np.argsort(codes, kind="stable")
+    grouped, ids = codes[order], artifacts[order]
+    same_code = grouped[1:] == grouped[:-1]
+    if not bool((ids[1:][same_code] == ids[:-1][same_code]).all()):  # a hash two ids share: group the ids
+        _, codes = np.unique(artifacts, return_inverse=True)
+        codes = codes.reshape(-1).astype(np.int64)
+    return codes
+
+
+def _chosen(name: str, candidates: Candidates, root: QueryBatch, chosen: np.ndarray,
+            merged: np.ndarray) -> Candidates:
+    """The chosen entries (ordered by original query, then rank) as a batch of the original queries."""
+    columns = {f"{name}.merged": merged, f"{name}.input_rank": candidates.rank[chosen],
+               f"{name}.subquery": candidates.query_index[chosen]}
+    if root is candidates.queries:  # no formulated texts: the query index is the origin, taken as it is
+        return candidates.take(chosen, columns)
+    columns.update((n, column[chosen]) for n, column in candidates.provenance.items())
+    return Candidates(root, candidates.origin_index[chosen], candidates.row[chosen], candidates.score[chosen],
+                      candidates.scale, columns)
 
 
 def _cut_subqueries(candidates: Candidates, k: int) -> Candidates:

@@ -15,7 +15,7 @@ formulator the stage is the identity (embed the query verbatim).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -61,6 +61,9 @@ class Formulate(Stage):
     formulator: Callable[[str], Any] | str | None = param(
         None, validator=callable_or_name,
         doc="str -> str | list[str] (a callable or an irflow.registry name); none: the query as is")
+
+    def passes_through(self, live: Mapping[str, int]) -> str | None:
+        return "query" if self.formulator is None else None
 
     def run(self, ctx: StageContext, query: QueryBatch) -> QueryBatch:
         formulator = registry.resolve(self.formulator, what="formulator")

@@ -129,6 +129,9 @@ class Fuse(Stage):
             return frozenset({"method", "rrf_k", "alpha", "bm25_sat_k", "weights"})
         return frozenset({"alpha", "bm25_sat_k"} if self.method == "rrf" else {"rrf_k", "weights"})
 
+    def passes_through(self, live: Mapping[str, int]) -> str | None:
+        return "inputs" if live.get("inputs") == 1 else None  # one active input passes through unchanged
+
     # -- run time ---------------------------------------------------------------
 
     def run(self, ctx: StageContext, inputs: Mapping[str, Candidates]) -> Candidates:
@@ -211,7 +214,7 @@ class Fuse(Stage):
         columns = _provenance(name, names, batches, e, contribution, out_pos, is_pt)
         result = Candidates(batches[0].queries, out_q, out_row, out_score,
                             self._scale(scale, passthrough, batches, out_q), columns)
-        return result.with_provenance({f"{name}.score": result.score, f"{name}.rank": result.rank})
+        return result.with_channel_columns(name)
 
     def _blend_contributions(self, src: np.ndarray, score: np.ndarray, cos_j: int, bm_j: int) -> np.ndarray:
         """blend: ``alpha * cosine`` for the cosine input, ``(1 - alpha) * bm25 / (bm25 + bm25_sat_k)`` for the

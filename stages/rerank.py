@@ -130,6 +130,9 @@ class Rerank(Stage):
                     "would be lost; place the boost stage after rerank"]
         return []
 
+    def passes_through(self, live: Mapping[str, int]) -> str | None:
+        return "candidates" if self.reranker is None else None
+
     def run(self, ctx: StageContext, candidates: Candidates) -> Candidates:
         reranker = resolve_reranker(self.reranker)
         if reranker is None:

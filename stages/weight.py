@@ -76,6 +76,9 @@ class Weight(Stage):
                     "weight stage before rerank and boost"]
         return []
 
+    def passes_through(self, live: Mapping[str, int]) -> str | None:
+        return "candidates" if not self.weights and self.fetch_k is None else None
+
     def run(self, ctx: StageContext, candidates: Candidates) -> Candidates:
         if self.weights:
             corpus = ctx.corpus

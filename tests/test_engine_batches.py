@@ -238,3 +238,13 @@ def test_an_inactive_batch_equals_the_checked_construction():
     checked = Candidates(batch, np.empty(0, np.int32), np.empty(0, np.int64), np.empty(0), Scale.NONE, active=False)
     assert fast == checked and not fast.active
     assert fast.offsets.tolist() == checked.offsets.tolist() == [0, 0, 0] and fast.rank.dtype == np.int32
+
+
+def test_channel_columns_are_the_batchs_own_score_and_rank():
+    batch = QueryBatch.of(["a", "b"])
+    c = Candidates(batch, [0, 0, 1], [7, 3, 5], [0.9, 0.4, 0.8], "cosine", {"x.score": [1.0, 2.0, 3.0]})
+    tagged = c.with_channel_columns("dense")
+    assert tagged == c.with_provenance({"dense.score": c.score, "dense.rank": c.rank})
+    assert tagged.provenance["dense.rank"].tolist() == [1, 2, 1]
+    assert not tagged.provenance["dense.score"].flags.writeable
+    assert set(c.provenance) == {"x.score"}  # the original is unchanged

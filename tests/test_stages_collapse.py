@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from engine_fakes import cands
 from irflow.engine.batches import Candidates, QueryBatch, Scale
 from irflow.engine import StageContext
-from irflow.stages.collapse import Collapse
+from irflow.stages.collapse import Collapse, artifact_codes
 
 # rows 0..7 -> artifacts
 ARTIFACTS = np.array(["a", "a", "b", "b", "c", "c", "d", "d"], dtype=object)
@@ -138,3 +138,20 @@ def test_distinct_artifacts_shortcut_equals_the_grouping_path(case, k):
     grouped = Collapse(k=k, per_artifact=False).run(StageContext(DISTINCT, "collapse", c.queries), c)
     assert shortcut == grouped
     assert set(shortcut.provenance) == {"x.tag", "collapse.merged", "collapse.input_rank", "collapse.subquery"}
+
+
+def _partition(codes):
+    groups = {}
+    for position, code in enumerate(codes.tolist()):
+        groups.setdefault(code, []).append(position)
+    return sorted(groups.values())
+
+
+@settings(max_examples=80, deadline=None)
+@given(ids=st.lists(st.sampled_from(["a", "b", "ab", "ba", "c", "é", "a" * 40]), max_size=40),
+       hash_of=st.sampled_from([hash, len, lambda s: 0]))
+def test_artifact_codes_group_exactly_the_equal_ids(ids, hash_of):
+    artifacts = np.array(ids, dtype=object)
+    codes = artifact_codes(artifacts, hash_of=hash_of)  # len and 0 make different ids share a hash
+    _, reference = np.unique(artifacts, return_inverse=True) if ids else (None, np.empty(0, np.int64))
+    assert _partition(codes) == _partition(reference.reshape(-1))

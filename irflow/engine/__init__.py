@@ -18,6 +18,7 @@ and nothing of the seed API, the evaluation harness or the command line):
 - ``events``, ``values``, ``explain``, ``diff``, ``tracefile``, ``trace``,
   ``result``: what a run records and returns, and how it is explained,
   diffed, dumped and loaded;
+- ``plan``: the plan of an untraced run (stages switched off, passed through, run);
 - ``executor``: runs the stages an output needs, once per batch;
 - ``recipe``: the :class:`Recipe` facade (load, validate, run) and the builder.
 

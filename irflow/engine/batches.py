@@ -66,6 +66,8 @@ def _frozen_empty(dtype: Any) -> np.ndarray:
 
 # shared read-only empty columns (of inactive batches)
 _EMPTY_INT32, _EMPTY_INT64, _EMPTY_FLOAT64 = (_frozen_empty(t) for t in (np.int32, np.int64, np.float64))
+_ONE_EMPTY_QUERY = np.zeros(2, dtype=np.int64)  # the offsets of one query with no candidates
+_ONE_EMPTY_QUERY.flags.writeable = False
 
 
 def _frozen_gather(column: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -143,6 +145,8 @@ class QueryBatch:
     originals: tuple[str, ...] = attrs.field(
         default=attrs.Factory(_texts_of, takes_self=True), converter=_texts
     )
+    # True for a batch made by QueryBatch.of: the root by construction (root() without comparing arrays)
+    _raw: bool = attrs.field(default=False, init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if self.origin.size != len(self.texts):
@@ -153,7 +157,15 @@ class QueryBatch:
     @classmethod
     def of(cls, texts: Iterable[str]) -> "QueryBatch":
         """The raw batch of ``texts`` (each its own original query)."""
-        return cls(_texts(texts))
+        texts = _texts(texts)
+        # what the constructor makes of checked texts (origin 0..n-1, originals = texts), without
+        # re-checking them: every run starts with one
+        new = object.__new__(cls)
+        origin = np.arange(len(texts), dtype=np.int32)
+        origin.flags.writeable = False
+        for name, value in (("texts", texts), ("origin", origin), ("originals", texts), ("_raw", True)):
+            object.__setattr__(new, name, value)
+        return new
 
     @property
     def n_original(self) -> int:
@@ -167,6 +179,8 @@ class QueryBatch:
 
     def root(self) -> "QueryBatch":
         """The batch of original queries."""
+        if self._raw:
+            return self
         return self if self.is_root else QueryBatch(self.originals)
 
     def expand(self, texts_per_query: Sequence[Sequence[str]]) -> "QueryBatch":
@@ -293,6 +307,10 @@ class Candidates:
     def _set_ranks(self) -> None:
         """``offsets`` and ``rank`` from the (grouped) ``query_index``."""
         n, m = len(self.queries), self.query_index.size
+        if n == 1 and m == 0:  # one query, nothing found (a switched-off channel of every search())
+            object.__setattr__(self, "offsets", _ONE_EMPTY_QUERY)
+            object.__setattr__(self, "rank", _EMPTY_INT32)
+            return
         if n == 1:  # one query (every search()): what the general rule gives, without searching
             offsets = np.array([0, m], dtype=np.int64)
             rank = np.arange(1, m + 1, dtype=np.int32)
@@ -376,19 +394,21 @@ class Candidates:
 
     # -- derived batches -----------------------------------------------------
 
-    def take(self, index: Any) -> "Candidates":
+    def take(self, index: Any, columns: Mapping[str, Any] | None = None) -> "Candidates":
         """The candidates at ``index`` (int positions), in that order, with their provenance.
 
-        ``index`` must keep the queries grouped in ascending order; the ranks
-        are renumbered from the new order.
+        ``index`` must keep the queries grouped in ascending order (a
+        ValueError otherwise); the ranks are renumbered from the new order.
+        ``columns`` adds provenance columns, one entry per taken candidate.
+        The taken columns are subsets of checked ones: only the grouping is
+        checked again (a fixed cost of every stage that re-orders).
         """
         index = np.asarray(index, dtype=np.int64).reshape(-1)
-        return Candidates(
-            self.queries, self.query_index[index], self.row[index], self.score[index], self.scale,
-            {name: column[index] for name, column in self.provenance.items()}, self.active,
-        )
+        if self.queries.texts.__len__() > 1 and index.size > 1 and np.any(np.diff(self.query_index[index]) < 0):
+            raise ValueError("take needs an index that keeps the candidates grouped by query (non-decreasing query_index)")
+        return self._take_grouped(index, columns)
 
-    def _take_grouped(self, index: np.ndarray) -> "Candidates":
+    def _take_grouped(self, index: np.ndarray, columns: Mapping[str, Any] | None = None) -> "Candidates":
         """:meth:`take` for an int64 ``index`` that keeps the queries grouped by construction.
 
         For :meth:`select` (positions in order) and :meth:`sorted_by_score`
@@ -399,6 +419,11 @@ class Candidates:
         """
         new = object.__new__(Candidates)
         provenance = {name: _frozen_gather(column, index) for name, column in self.provenance.items()}
+        if columns:
+            for name, column in _provenance(columns).items():
+                if column.ndim != 1 or column.size != index.size:
+                    raise ValueError(f"provenance column {name!r} has shape {column.shape}; expected ({index.size},)")
+                provenance[name] = column
         for name, value in (("queries", self.queries), ("query_index", _frozen_gather(self.query_index, index)),
                             ("row", _frozen_gather(self.row, index)), ("score", _frozen_gather(self.score, index)),
                             ("scale", self.scale), ("provenance", MappingProxyType(provenance)),
@@ -427,7 +452,7 @@ class Candidates:
         """The first ``k`` candidates of each query."""
         if k < 0:
             raise ValueError(f"cut needs k >= 0, got {k}")
-        if len(self) == 0 or int(self.counts().max(initial=0)) <= k:
+        if len(self) <= k or int(self.counts().max(initial=0)) <= k:
             return self
         return self.select(self.rank <= k)
 
@@ -439,6 +464,22 @@ class Candidates:
         if score.size and np.isnan(score).any():
             raise ValueError("candidate scores must not be NaN")
         return self._same_order(score, Scale(scale), provenance)
+
+    def with_channel_columns(self, name: str) -> "Candidates":
+        """Same batch with its own score and rank as provenance ``<name>.score`` / ``<name>.rank``.
+
+        What a first stage (a channel) records so later stages still know
+        how it ranked each candidate: both are this batch's own checked,
+        frozen columns, so nothing is converted or checked again.
+        """
+        new = object.__new__(Candidates)
+        for field in ("queries", "query_index", "row", "score", "scale", "active", "offsets", "rank"):
+            object.__setattr__(new, field, getattr(self, field))
+        columns = dict(self.provenance)
+        columns[f"{name}.score"] = self.score
+        columns[f"{name}.rank"] = self.rank
+        object.__setattr__(new, "provenance", MappingProxyType(columns))
+        return new
 
     def with_provenance(self, columns: Mapping[str, Any]) -> "Candidates":
         """Same batch with provenance ``columns`` added (or replaced)."""

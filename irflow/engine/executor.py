@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import attrs
@@ -38,6 +38,7 @@ from irflow.engine.events import INACTIVE, StageEvent, TraceRecorder, is_inactiv
 from irflow.engine.model import QUERY_NODE, RecipeSpec
 from irflow.engine.params import resolve_params_keyed
 from irflow.engine.pipeline import Pipeline
+from irflow.engine.plan import OFF, THROUGH, Step, plan_run, when_holds
 from irflow.engine.ports import CANDIDATES, HITS, MASK, QUERIES, QUERY, PortType
 from irflow.engine.result import Result
 from irflow.engine.stage import Stage, StageContext
@@ -200,11 +201,14 @@ def run_recipe(recipe: RecipeSpec, corpus: CorpusProtocol, query_or_queries: Any
     """Run ``recipe`` on ``corpus`` (see :meth:`irflow.engine.recipe.Recipe.run`)."""
     run = _Run.prepare(recipe, corpus, query_or_queries, trace=trace, overrides=overrides or {}, cache=cache,
                        output=output, params=params or {})
-    for name in run.needed:
-        if name in run.injected:
-            run.inject(name)
-        else:
-            run.execute(name)
+    if run.recorder is None and run.keys is None and not run.injected:
+        run.run_planned()  # nothing to record, key or inject (every search()): the planned path
+    else:
+        for name in run.needed:
+            if name in run.injected:
+                run.inject(name)
+            else:
+                run.execute(name)
     return Result(recipe=recipe, corpus=corpus, queries=run.batch, single=run.single, params=run.values,
                   outputs=run.outputs, trace=run.recorder, output_name=run.target)
 
@@ -229,6 +233,8 @@ class _Run:
     # cache keys of the outputs so far, and of the corpus (None: no cache, nothing is keyed)
     keys: dict[str, Any] | None
     corpus_key: Any
+    values_key: Hashable | None = None
+    switched_off: Candidates | None = None
 
     @classmethod
     def prepare(cls, recipe: RecipeSpec, corpus: CorpusProtocol, query_or_queries: Any, *, trace: bool,
@@ -257,7 +263,30 @@ class _Run:
             # the corpus object and its version (a delete bumps it: stale outputs miss)
             corpus_key = (id(corpus), corpus.version)
         return cls(recipe, pipeline, corpus, batch, single, values, injected, target, needed, stages, cache,
-                   {QUERY_NODE: batch}, recorder, keys, corpus_key)
+                   {QUERY_NODE: batch}, recorder, keys, corpus_key, values_key)
+
+    def run_planned(self) -> None:
+        """Run the needed stages by the plan of an untraced run (:mod:`irflow.engine.plan`).
+
+        Switched-off stages output an inactive batch and pass-through stages
+        their input, without a call; a pass-through whose upstreams did not
+        come out as planned runs the general way.
+        """
+        def make() -> tuple[Step, ...]:
+            return plan_run(self.pipeline, self.stages, self.needed, self.values)
+
+        steps = make() if self.values_key is None else self.pipeline.remember(
+            ("untraced plan", self.needed, self.values_key), make)
+        outputs = self.outputs
+        for step in steps:
+            name = step.name
+            if step.action == OFF:
+                outputs[name] = self._inactive() if self.pipeline.classes[name].output is CANDIDATES else INACTIVE
+            elif step.action == THROUGH and all(not is_inactive(outputs[s]) for s in step.live) \
+                    and all(is_inactive(outputs[s]) for s in step.off):
+                outputs[name] = outputs[step.source]
+            else:
+                self.execute(name)
 
     def inject(self, name: str) -> None:
         """Take stage ``name``'s output from the caller's overrides."""
@@ -271,11 +300,17 @@ class _Run:
 
     def execute(self, name: str) -> None:
         """Run stage ``name`` once for the whole batch (or reuse its cached output, or switch it off)."""
-        cls, bound, stage = self.pipeline.classes[name], self.pipeline.bindings[name], self.stages[name]
-        kwargs, active = self._inputs(name)
+        stage = self.stages[name]
+        kwargs, active, live = self._inputs(name)
+        if self.recorder is None and self.keys is None:
+            # untraced and uncached (every search()): nothing to record or key; a stage that declares
+            # it would return an input unchanged is not called — its output is that input
+            self.outputs[name] = self._plain(name, stage, kwargs, active, live)
+            return
+        cls, bound = self.pipeline.classes[name], self.pipeline.bindings[name]
         start = time.perf_counter() if self.recorder is not None else 0.0
         if not active:
-            output: Any = Candidates.inactive(self.batch) if cls.output is CANDIDATES else INACTIVE
+            output: Any = self._inactive() if cls.output is CANDIDATES else INACTIVE
             status = "inactive"
             if self.keys is not None:
                 self.keys[name] = ("inactive", name)
@@ -288,26 +323,44 @@ class _Run:
             self.recorder.append(StageEvent(name, cls.kind, stage.params(), inputs_by_upstream, dict(bound), output,
                                             elapsed, status))
 
-    def _inputs(self, name: str) -> tuple[dict[str, Any], bool]:
+    def _plain(self, name: str, stage: Stage, kwargs: dict[str, Any], active: bool, live: dict[str, int]) -> Any:
+        """A stage's output in an untraced, uncached run."""
+        if not active:
+            return self._inactive() if type(stage).output is CANDIDATES else INACTIVE
+        port = stage.passes_through(live)
+        if port is None:
+            return _run_stage(stage, StageContext(self.corpus, name, self.batch), kwargs, name, self.corpus)
+        value = kwargs[port]
+        return next(iter(value.values())) if isinstance(value, dict) else value
+
+    def _inputs(self, name: str) -> tuple[dict[str, Any], bool, dict[str, int]]:
         """The stage's inputs by port (a variadic port gets ``{upstream: value}`` without inactive entries),
-        and whether it runs: its ``when`` holds and no required input is inactive."""
+        whether it runs (its ``when`` holds and no required input is inactive), and the live upstreams per port."""
         when, ports = self.pipeline.input_plan(name)
-        values = self.values
-        active = all(any(values.get(param) == v and isinstance(values.get(param), bool) == isinstance(v, bool)
-                         for v in allowed) for param, allowed in when)
+        active = when_holds(when, self.values)
         kwargs: dict[str, Any] = {}
+        counts: dict[str, int] = {}
         for port, variadic, minimum, required, sources in ports:
             if variadic:
                 live = {s: self.outputs[s] for s in sources if not is_inactive(self.outputs[s])}
                 if len(live) < minimum:
                     active = False
                 kwargs[port] = live
+                counts[port] = len(live)
             else:
                 value = self.outputs[sources[0]]
-                if is_inactive(value) and required:
+                off = is_inactive(value)
+                if off and required:
                     active = False
                 kwargs[port] = value
-        return kwargs, active
+                counts[port] = 0 if off else 1
+        return kwargs, active, counts
+
+    def _inactive(self) -> Candidates:
+        """The output of a switched-off stage: one per run, shared (it is empty and immutable)."""
+        if self.switched_off is None:
+            self.switched_off = Candidates.inactive(self.batch)
+        return self.switched_off
 
     def _cached_or_run(self, name: str, stage: Stage, kwargs: Mapping[str, Any]) -> tuple[Any, str]:
         """The stage's output, from the cache when it holds this very execution, else by running it."""

@@ -79,6 +79,14 @@ class FrozenMap(Mapping[str, Any]):
     def __len__(self) -> int:
         return len(self._data)
 
+    # the dict's own lookups (Mapping's mixins go through __getitem__ and an exception): a run reads
+    # its recipe's tables dozens of times
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._data.get(key, default)
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, FrozenMap):
             return self._data == other._data

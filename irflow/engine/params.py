@@ -46,7 +46,9 @@ def resolve_params(recipe: RecipeSpec, overrides: Mapping[str, Any] | None = Non
     object and type-exact key (``rrf_k=True`` never reuses ``rrf_k=1``'s
     result); arguments with no key (callables held by identity aside) are
     resolved every time.  A hit returns a new dict holding the caller's
-    own objects, never the ones of an earlier call.
+    own objects, never the ones of an earlier call (plain scalars — None,
+    bool, int, float, str — are immutable: an equal one of the same type
+    stands in for the caller's).
     """
     return resolve_params_keyed(recipe, overrides)[0]
 
@@ -60,11 +62,10 @@ def resolve_params_keyed(recipe: RecipeSpec,
     every value of every run).
     """
     overrides = dict(overrides or {})
-    try:
-        key: Hashable | None = cache_key(overrides)
-    except UnkeyableError:
-        key = None
     memo: dict[Any, dict[str, Any]] = recipe.memo("resolved params", dict)
+    key, plain = _arguments_key(overrides)
+    if plain and key in memo:
+        return dict(memo[key]), key  # plain scalars: the remembered values are the caller's, equal and immutable
     if key is not None and key in memo:
         # derived values are recomputed only when a given value changes them (they are ints of
         # the rules in DERIVED_RULES); the given values are this call's objects
@@ -75,6 +76,35 @@ def resolve_params_keyed(recipe: RecipeSpec,
             memo.pop(next(iter(memo)))
         memo[key] = dict(values)
     return values, key
+
+
+#: Argument types a flat key spells by (type, value): exact types, none of them holds anything.
+_FLAT = frozenset({type(None), bool, int, str})
+
+
+def _arguments_key(overrides: Mapping[str, Any]) -> tuple[Hashable | None, bool]:
+    """A type-exact key of a run's arguments (None: one has no key), and whether all are plain scalars.
+
+    One tuple in argument order (another order is another key: a miss, never a wrong hit);
+    plain scalars spelled by (type, value) — floats by bit pattern, as
+    :func:`~irflow.util.cachekey.cache_key` spells them (``-0.0`` is not ``0.0``) — and only the
+    other values walked by ``cache_key``: a ``search()`` passes 17 arguments, most of them None.
+    """
+    parts: list[tuple[Any, ...]] = []
+    plain = True
+    for name, value in overrides.items():
+        cls = type(value)
+        if cls is float:
+            parts.append((name, cls, value.hex()))
+        elif cls in _FLAT:
+            parts.append((name, cls, value))
+        else:
+            plain = False
+            try:
+                parts.append((name, "key", cache_key(value)))
+            except UnkeyableError:
+                return None, False
+    return ("arguments", tuple(parts)), plain
 
 
 def _resolve_params(recipe: RecipeSpec, overrides: dict[str, Any]) -> dict[str, Any]:

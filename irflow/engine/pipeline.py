@@ -10,8 +10,8 @@ parameter values make (validated, cached per values).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import Any, TypeVar
 
 import attrs
 import networkx as nx
@@ -29,6 +29,8 @@ from irflow.util.cachekey import UnkeyableError, cache_key
 
 __all__ = ["Pipeline"]
 
+
+_Made = TypeVar("_Made")
 
 #: :meth:`Pipeline.input_plan`: ``(when pairs, bound ports)``.
 InputPlan = tuple[tuple[tuple[str, tuple[Any, ...]], ...], tuple[tuple[str, bool, int, bool, tuple[str, ...]], ...]]
@@ -50,6 +52,7 @@ class Pipeline:
     _instances: dict[Any, Any] = attrs.field(factory=dict, init=False, repr=False)
     _needed: dict[Any, tuple[str, ...]] = attrs.field(factory=dict, init=False, repr=False)
     _plans: dict[str, InputPlan] = attrs.field(factory=dict, init=False, repr=False)
+    _remembered: dict[Hashable, Any] = attrs.field(factory=dict, init=False, repr=False)
 
     @classmethod
     def of(cls, recipe: RecipeSpec) -> "Pipeline":
@@ -109,6 +112,21 @@ class Pipeline:
                           for port in self.classes[stage].inputs if bound.get(port.name))
             plan = self._plans[stage] = (when, ports)
         return plan
+
+    def remember(self, key: Hashable, make: Callable[[], _Made]) -> _Made:
+        """``make()``, kept under ``key`` for later runs (a sweep's worth: the oldest dropped past 64).
+
+        For what the executor derives from a run's values and this pipeline
+        alone (the plan of an untraced run, :mod:`irflow.engine.plan`).
+        """
+        if key in self._remembered:
+            found: _Made = self._remembered[key]
+            return found
+        made = make()
+        if len(self._remembered) >= 64:
+            self._remembered.pop(next(iter(self._remembered)))
+        self._remembered[key] = made
+        return made
 
     def _walk_up(self, output: str, stop: frozenset[str]) -> tuple[str, ...]:
         self._known(output)

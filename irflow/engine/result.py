@@ -92,6 +92,8 @@ class Result:
         n = self.queries.n_original
         if isinstance(value, list):  # a Hits output: already per original query
             per_query = value
+        elif isinstance(value, Candidates) and n == 1 and value.queries.n_original == 1:
+            per_query = [self.corpus.hits(value.row, value.score)]  # one query (every search()): in order already
         elif isinstance(value, Candidates):
             per_query = [[] for _ in range(n)]
             if len(value):

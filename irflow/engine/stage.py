@@ -123,6 +123,20 @@ class Stage:
         """
         return []
 
+    def passes_through(self, live: Mapping[str, int]) -> str | None:
+        """The input port whose value ``run`` would return unchanged, whatever it holds (None: it works).
+
+        ``live`` counts the active upstreams bound to each port.  A stage
+        that does nothing with these parameters (no reranker, no boost, one
+        channel to fuse) says so here, and an untraced run skips the call:
+        the output *is* that input, at no cost — a fixed cost of every
+        ``search()`` otherwise.  Declaring it is a promise that ``run``
+        returns that very object (tests/test_passes_through.py holds every
+        built-in kind to it); a variadic port passes through only with one
+        live upstream.  Default: None (always run).
+        """
+        return None
+
     def params(self) -> dict[str, Any]:
         """The stage's parameters (every field, defaults included), shallow."""
         return {f.name: getattr(self, f.name) for f in attrs.fields(type(self))}

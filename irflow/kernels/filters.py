@@ -42,6 +42,7 @@ import bisect
 import functools
 import json
 import math
+import threading
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -50,6 +51,7 @@ import numpy as np
 
 from irflow.kernels.columns import KIND_BOOL, KIND_NULL, MetadataColumns, PathColumn, TypedValues, canonical_key
 from irflow.kernels.filter_spec import FIELD_OPERATORS, LOGICAL_OPERATORS, normalize_filter
+from irflow.util.cachekey import UnkeyableError, cache_key
 
 __all__ = [
     "FIELD_OPERATORS",
@@ -340,17 +342,43 @@ def _compile_canonical(canonical: str) -> CompiledFilter:
     return CompiledFilter(canonical, tuple(sorted(fields)), plan)
 
 
+#: Compiled filters by the type-exact key of the spec as given (oldest dropped past 1024).
+_COMPILED: dict[Any, CompiledFilter] = {}
+_COMPILED_LOCK = threading.Lock()
+
+#: The canonical form of "no filter" (what normalize_filter makes of None, as JSON).
+_NO_FILTER = json.dumps(normalize_filter(None), sort_keys=True, separators=(",", ":"))
+
+
 def compile_filter(spec: Mapping[str, Any] | CompiledFilter | None) -> CompiledFilter:
     """Validate and compile a filter, cached by its canonical form.
 
     The cache key is canonical JSON of the normalized spec: key order does
     not matter, and ``True`` and ``1`` stay distinct (they would collide as
-    Python dict keys).  ``None`` and ``{}`` keep every row.
+    Python dict keys).  ``None`` and ``{}`` keep every row.  A spec seen
+    before (the same type-exact value, :func:`~irflow.util.cachekey.cache_key`)
+    is found without normalizing it again: a filter passed with every query
+    is validated once.
 
     >>> compile_filter({"a": 1, "b": 2}) is compile_filter({"b": 2, "a": 1})
     True
     """
     if isinstance(spec, CompiledFilter):
         return spec
+    if spec is None:  # no filter (every search() without one): the same compiled "every row", without JSON
+        return _compile_canonical(_NO_FILTER)
+    try:
+        key: Any = cache_key(spec)  # type-exact: {"n": True} never finds the filter of {"n": 1}
+    except UnkeyableError:
+        key = None
+    found = _COMPILED.get(key) if key is not None else None
+    if found is not None:  # this very filter was validated and compiled before (a search() per query)
+        return found
     normalized = normalize_filter(spec)
-    return _compile_canonical(json.dumps(normalized, sort_keys=True, separators=(",", ":")))
+    compiled = _compile_canonical(json.dumps(normalized, sort_keys=True, separators=(",", ":")))
+    if key is not None:
+        with _COMPILED_LOCK:
+            if len(_COMPILED) >= 1024:
+                _COMPILED.pop(next(iter(_COMPILED)))
+            _COMPILED[key] = compiled
+    return compiled

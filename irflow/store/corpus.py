@@ -223,14 +223,16 @@ class Corpus:
         scores = np.asarray(scores, dtype=np.float64).reshape(-1)
         if rows.size != scores.size:
             raise ValueError(f"hits needs one score per row, got {rows.size} rows and {scores.size} scores")
-        store, name = self.store, self.name
-        # the columns read once per call, not once per hit (each is a read-only view made on access)
-        artifact_ids, kinds, kind_codes, texts = store.artifact_ids, store.kinds, store.kind_codes, store.texts
-        metadata, surface_indices, record_ids = store.metadata, store.surface_indices, store.record_ids
-        return [SearchHit(artifact_id=artifact_ids[row], surface_kind=kinds[kind_codes[row]], score=score,
-                          text=texts[row], metadata=metadata[row], source=name,
-                          surface_index=int(surface_indices[row]), record_id=record_ids[row])
-                for row, score in zip(rows.tolist(), scores.tolist())]
+        if scores.size and np.isnan(scores).any():
+            raise ValueError("a hit score must not be NaN")
+        store, name, kinds, texts, metadata = self.store, self.name, self.store.kinds, self.store.texts, self.store.metadata
+        # each column gathered once for the k rows, then plain Python values (a fixed cost of every search())
+        artifact_ids, record_ids = store.artifact_ids_of(rows).tolist(), store.record_ids_of(rows).tolist()
+        codes, surface_indices = store.kind_codes_of(rows).tolist(), store.surface_indices_of(rows).tolist()
+        make = SearchHit._stored
+        return [make(artifact_ids[i], kinds[codes[i]], score, texts[row], metadata[row], name, surface_indices[i],
+                     record_ids[i])
+                for i, (row, score) in enumerate(zip(rows.tolist(), scores.tolist()))]
 
     def sibling_rows(self, artifact_ids: Sequence[str]) -> Siblings:
         """Each artifact's live rows in plan order, through the ledger (:meth:`CorpusStore.sibling_rows`)."""

@@ -114,7 +114,7 @@ class CandidateMasks:
         (filter, surfaces); a delete invalidates the cache.
         """
         kinds = _surface_kinds(surfaces)
-        compiled = compile_filter(filter)  # validated on every call; compiled once per canonical form
+        compiled = compile_filter(filter)  # validated and compiled once per type-exact filter
         # canonical JSON tells true from 1 from 1.0; the kinds by a type-exact key, order and repeats ignored
         try:
             key: Any = (compiled.canonical, None if kinds is None else frozenset(cache_key(k) for k in kinds))

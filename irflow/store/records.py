@@ -143,6 +143,27 @@ class SearchHit:
     surface_index: int | None = None
     record_id: str | None = None
 
+    @classmethod
+    def _stored(cls, artifact_id: str, surface_kind: str, score: float, text: str, metadata: Mapping[str, Any],
+                source: str | None, surface_index: int, record_id: str) -> "SearchHit":
+        """A hit of a corpus's own columns, whose values already have their types (no converters run).
+
+        ``score`` a Python float that is not NaN; ``metadata`` is copied, as
+        the constructor does, so a caller changing a hit never changes the
+        store.  Every ``search()`` makes ``k`` of them.
+        """
+        hit = object.__new__(cls)
+        set_ = object.__setattr__  # frozen: the fields are set the way attrs' own __init__ sets them
+        set_(hit, "artifact_id", artifact_id)
+        set_(hit, "surface_kind", surface_kind)
+        set_(hit, "score", score)
+        set_(hit, "text", text)
+        set_(hit, "metadata", dict(metadata))
+        set_(hit, "source", source)
+        set_(hit, "surface_index", surface_index)
+        set_(hit, "record_id", record_id)
+        return hit
+
     @property
     def pointer(self) -> str | None:
         """The disclosure pointer (a path or URL) read from metadata, if any."""

@@ -1,0 +1,81 @@
+"""The plan of an untraced, uncached run: for each stage, switched off, passed through, or run.
+
+Whether a stage's ``when`` holds, which of its upstreams are switched off and
+whether it then declares it passes an input through
+(:meth:`~irflow.engine.stage.Stage.passes_through`) follow from the run's
+parameter values alone — so they are worked out once per pipeline and
+argument key instead of on every stage of every run (a fixed cost of every
+``search()``).  At run time a pass-through step only checks that its
+upstreams came out as planned (a stage may switch itself off by returning
+an inactive output); when they did not, the executor runs the stage the
+general way.
+
+>>> from irflow.engine.recipe import load_recipe
+>>> from irflow.engine.pipeline import Pipeline
+>>> recipe = load_recipe("search")
+>>> pipeline = Pipeline.of(recipe)
+>>> values = recipe.resolve_params({"mode": "lexical"})
+>>> needed = pipeline.needed()
+>>> steps = plan_run(pipeline, pipeline.instances(values, needed), needed, values)
+>>> [(s.name, s.action) for s in steps][:4]
+[('formulate', 'through'), ('candidates', 'run'), ('dense', 'off'), ('lexical', 'run')]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from irflow.engine.pipeline import Pipeline
+from irflow.engine.stage import Stage
+
+__all__ = ["Step", "plan_run", "when_holds", "OFF", "THROUGH", "RUN"]
+
+#: A step's action: output an inactive batch, alias an upstream's output, or call the stage.
+OFF, THROUGH, RUN = "off", "through", "run"
+
+
+@attrs.frozen
+class Step:
+    """One stage of a planned run: its action, and for a pass-through the upstreams it assumed."""
+
+    name: str
+    action: str
+    source: str = ""  # THROUGH: the upstream whose output is this stage's output
+    live: tuple[str, ...] = ()  # THROUGH: upstreams planned active (checked at run time)
+    off: tuple[str, ...] = ()  # THROUGH: upstreams planned switched off (checked at run time)
+
+
+def when_holds(when: Sequence[tuple[str, Sequence[Any]]], values: Mapping[str, Any]) -> bool:
+    """True when every ``(parameter, allowed values)`` pair holds (``True`` is not ``1``)."""
+    return all(any(values.get(param) == v and isinstance(values.get(param), bool) == isinstance(v, bool)
+                   for v in allowed) for param, allowed in when)
+
+
+def plan_run(pipeline: Pipeline, stages: Mapping[str, Stage], needed: Sequence[str],
+             values: Mapping[str, Any]) -> tuple[Step, ...]:
+    """The steps of an untraced run of ``needed`` (in order) with these stage objects and values."""
+    off: set[str] = set()
+    steps = []
+    for name in needed:
+        when, ports = pipeline.input_plan(name)
+        live: dict[str, tuple[str, ...]] = {}
+        active = when_holds(when, values)
+        for port, variadic, minimum, required, sources in ports:
+            live[port] = tuple(s for s in sources if s not in off)
+            if (variadic and len(live[port]) < minimum) or (not variadic and required and not live[port]):
+                active = False
+        if not active:
+            off.add(name)
+            steps.append(Step(name, OFF))
+            continue
+        through = stages[name].passes_through({port: len(sources) for port, sources in live.items()})
+        if through is None or not live.get(through):
+            steps.append(Step(name, RUN))
+            continue
+        bound = [s for *_, sources in ports for s in sources]
+        steps.append(Step(name, THROUGH, live[through][0], tuple(s for s in bound if s not in off),
+                          tuple(s for s in bound if s in off)))
+    return tuple(steps)
