@@ -299,6 +299,11 @@ def _provenance(name: str, names: list[str], batches: list[Candidates], e: _Entr
     reached = out_pos >= 0
     n_out = is_pt.size
     columns: dict[str, np.ndarray] = {}
+    # per input: its entries that reached the output, their output positions and positions in the input
+    # (worked out once, read by every column below)
+    sel = [reached & (e.src == j) for j in range(len(batches))]
+    where = [out_pos[s] for s in sel]
+    local = [e.local[s] for s in sel]
     # carried columns: scatter each input's values, last input first so the first input wins
     carried: dict[str, list[int]] = {}
     for j, batch in enumerate(batches):
@@ -308,17 +313,15 @@ def _provenance(name: str, names: list[str], batches: list[Candidates], e: _Entr
         dtype = np.result_type(*[batches[j].provenance[column].dtype for j in holders])
         out = np.full(n_out, fill_value(dtype), dtype=dtype)
         for j in reversed(holders):
-            sel = reached & (e.src == j)
-            out[out_pos[sel]] = batches[j].provenance[column][e.local[sel]]
+            out[where[j]] = batches[j].provenance[column][local[j]]
         columns[column] = out
     for j, input_name in enumerate(names):
-        sel = reached & (e.src == j)
         s = np.full(n_out, np.nan)
         r = np.zeros(n_out, dtype=np.int32)
         c = np.zeros(n_out)
-        s[out_pos[sel]] = e.score[sel]
-        r[out_pos[sel]] = e.rank[sel]
-        c[out_pos[sel]] = contribution[sel]
+        s[where[j]] = e.score[sel[j]]
+        r[where[j]] = e.rank[sel[j]]
+        c[where[j]] = contribution[sel[j]]
         c[is_pt] = np.nan  # nothing was fused for a passed-through query
         columns[f"{name}.{input_name}.score"] = s
         columns[f"{name}.{input_name}.rank"] = r
