@@ -224,13 +224,14 @@ class Corpus:
         if rows.size != scores.size:
             raise ValueError(f"hits needs one score per row, got {rows.size} rows and {scores.size} scores")
         store, name = self.store, self.name
-        # the columns read once per call, not once per hit (each is a read-only view made on access)
-        artifact_ids, kinds, kind_codes, texts = store.artifact_ids, store.kinds, store.kind_codes, store.texts
-        metadata, surface_indices, record_ids = store.metadata, store.surface_indices, store.record_ids
-        return [SearchHit(artifact_id=artifact_ids[row], surface_kind=kinds[kind_codes[row]], score=score,
-                          text=texts[row], metadata=metadata[row], source=name,
-                          surface_index=int(surface_indices[row]), record_id=record_ids[row])
-                for row, score in zip(rows.tolist(), scores.tolist())]
+        # the batch's rows looked up once per column (a stored corpus decodes only these rows' strings)
+        kinds, codes = store.kinds, store.kind_codes_of(rows).tolist()
+        artifact_ids, record_ids = store.artifact_ids_of(rows).tolist(), store.record_ids_of(rows).tolist()
+        texts, metadata, surface_indices = store.texts_of(rows), store.metadata, store.surface_indices_of(rows).tolist()
+        return [SearchHit(artifact_id=artifact_ids[i], surface_kind=kinds[codes[i]], score=score,
+                          text=texts[i], metadata=metadata[row], source=name,
+                          surface_index=surface_indices[i], record_id=record_ids[i])
+                for i, (row, score) in enumerate(zip(rows.tolist(), scores.tolist()))]
 
     def sibling_rows(self, artifact_ids: Sequence[str]) -> Siblings:
         """Each artifact's live rows in plan order, through the ledger (:meth:`CorpusStore.sibling_rows`)."""
@@ -476,7 +477,7 @@ def open_corpus(path_or_name: str | os.PathLike[str], *, embedder: Any = None, v
     source = embedder if embedder is not None else (None if info is None else info.spec)
     check = None
     if stored.vectors is not None:
-        check = VectorCheck(str(stored.generation.dir / VECTORS_FILE), stored.store.record_ids, stored.verify_vectors)
+        check = VectorCheck(str(stored.generation.dir / VECTORS_FILE), stored.store.id_column, stored.verify_vectors)
     return Corpus(
         store=stored.store,
         postings=stored.postings,
