@@ -34,6 +34,8 @@ from irflow.errors import CorpusError
 __all__ = ["StringColumn", "JsonColumn", "LedgerTable", "check_offsets"]
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+#: Strings encoded at once when a column is written (a few MB of text at a time).
+_ENCODE_ROWS = 8192
 
 
 def check_offsets(offsets: np.ndarray, n: int, size: int, where: str) -> None:
@@ -63,22 +65,31 @@ class StringColumn(Sequence[str]):
 
     @classmethod
     def of(cls, values: Sequence[str] | np.ndarray) -> "StringColumn":
-        """The column of these strings (encoded once; joined as one string when all are ASCII)."""
+        """The column of these strings, encoded chunk by chunk into one preallocated blob.
+
+        Two passes over chunks of ``_ENCODE_ROWS`` strings (byte lengths, then
+        bytes), so no temporary of the whole column's size exists beside the
+        blob: a chunk that is ASCII is joined and encoded at once, its
+        character counts being its byte counts.
+        """
         if isinstance(values, StringColumn):
             return values
-        values = values.tolist() if isinstance(values, np.ndarray) else list(values)
-        joined = "".join(values)
-        if joined.isascii():  # one encode, and character offsets are byte offsets
-            data = joined.encode("ascii")
-            lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
-        else:
-            encoded = [v.encode("utf-8") for v in values]
-            data = b"".join(encoded)
-            lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(values))
-        del joined
-        offsets = np.zeros(len(values) + 1, dtype=np.int64)
+        values = values.tolist() if isinstance(values, np.ndarray) else values
+        n = len(values)
+        lengths = np.empty(n, dtype=np.int64)
+        for lo in range(0, n, _ENCODE_ROWS):
+            chunk = values[lo:lo + _ENCODE_ROWS]
+            ascii_chunk = "".join(chunk).isascii()
+            lengths[lo:lo + len(chunk)] = np.fromiter(
+                map(len, chunk) if ascii_chunk else (len(v.encode("utf-8")) for v in chunk),
+                dtype=np.int64, count=len(chunk))
+        offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        return cls(np.frombuffer(data, dtype=np.uint8), offsets)
+        blob = np.empty(int(offsets[-1]), dtype=np.uint8)
+        for lo in range(0, n, _ENCODE_ROWS):
+            data = "".join(values[lo:lo + _ENCODE_ROWS]).encode("utf-8")
+            blob[offsets[lo]:offsets[min(lo + _ENCODE_ROWS, n)]] = np.frombuffer(data, dtype=np.uint8)
+        return cls(blob, offsets)
 
     def __len__(self) -> int:
         return int(self.offsets.size) - 1

@@ -14,7 +14,6 @@ import errno
 import hashlib
 import json
 import logging
-import mmap
 import os
 import re
 import shutil
@@ -102,12 +101,27 @@ def buffer_digest(data: Any, algorithm: str) -> str:
 
 
 def file_digest(path: Path, algorithm: str) -> str:
-    """``buffer_digest`` of a file's bytes, read through a memory map (no copy into Python buffers)."""
-    with open(path, "rb") as fh:
-        if os.fstat(fh.fileno()).st_size == 0:
-            return buffer_digest(b"", algorithm)
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            return buffer_digest(mapped, algorithm)
+    """``buffer_digest`` of a file's bytes, read in 1 MiB steps into one reused buffer.
+
+    Not through a memory map: the mapped pages of the file would count in
+    the process's resident memory while it is hashed — a whole text or
+    postings file at the end of a build, whose peak memory is a promise
+    (issue 12) — where reading into a buffer holds one MiB.
+    """
+    buffer = bytearray(_CHUNK)
+    view = memoryview(buffer)
+    crc = 0
+    digest = hashlib.blake2b(digest_size=16)
+    with open(path, "rb", buffering=0) as fh:
+        while True:
+            got = fh.readinto(buffer)
+            if not got:
+                break
+            if algorithm == "crc32":
+                crc = zlib.crc32(view[:got], crc)
+            else:
+                digest.update(view[:got])
+    return f"{crc:08x}" if algorithm == "crc32" else digest.hexdigest()
 
 
 def entry_checksum(entry: Mapping[str, Any]) -> tuple[str, str]:
