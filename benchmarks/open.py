@@ -106,11 +106,17 @@ def build_with(checkout: str | None, n: int, words: int, path: str, seed: int) -
 def probe(path: str, verify: bool, checkout: str | None) -> dict[str, Any]:
     env = dict(os.environ)
     env["PYTHONPATH"] = checkout if checkout else H.REPO
+    # not from the current directory: ``python -c`` puts it first on sys.path, and from a checkout's root
+    # that would import its irflow instead of the one asked for
     done = subprocess.run([sys.executable, "-c", PROBE, path, "1" if verify else "0"], env=env,
-                          capture_output=True, text=True, timeout=1800)
+                          capture_output=True, text=True, timeout=1800, cwd=os.path.dirname(path))
     if done.returncode != 0:
         raise SystemExit(f"probe failed: {done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    wanted = os.path.realpath(checkout if checkout else H.REPO)
+    if not os.path.realpath(out["irflow"]).startswith(wanted + os.sep):
+        raise SystemExit(f"probe imported {out['irflow']}, not the irflow of {wanted}")
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -31,11 +31,38 @@ import numpy as np
 
 from irflow.errors import CorpusError
 
-__all__ = ["StringColumn", "JsonColumn", "LedgerTable", "check_offsets"]
+__all__ = ["StringColumn", "JsonColumn", "LedgerTable", "check_offsets", "utf8_chunks", "utf8_offsets"]
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 #: Strings encoded at once when a column is written (a few MB of text at a time).
 _ENCODE_ROWS = 8192
+
+
+def utf8_offsets(values: Sequence[str]) -> np.ndarray:
+    """The n + 1 byte offsets of these strings encoded end to end, without encoding them all at once.
+
+    A chunk of ``_ENCODE_ROWS`` strings that is ASCII (one ``join`` and one
+    ``isascii``, in C) has its character counts as byte counts; only other
+    chunks are encoded here.  With :func:`utf8_chunks` a column is written
+    in two passes and no temporary of its whole size.
+    """
+    n = len(values)
+    lengths = np.empty(n, dtype=np.int64)
+    for lo in range(0, n, _ENCODE_ROWS):
+        chunk = values[lo:lo + _ENCODE_ROWS]
+        ascii_chunk = "".join(chunk).isascii()
+        lengths[lo:lo + len(chunk)] = np.fromiter(
+            map(len, chunk) if ascii_chunk else (len(v.encode("utf-8")) for v in chunk),
+            dtype=np.int64, count=len(chunk))
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
+
+
+def utf8_chunks(values: Sequence[str]) -> Iterator[bytes]:
+    """The strings' UTF-8 bytes end to end, ``_ENCODE_ROWS`` strings at a time."""
+    for lo in range(0, len(values), _ENCODE_ROWS):
+        yield "".join(values[lo:lo + _ENCODE_ROWS]).encode("utf-8")
 
 
 def check_offsets(offsets: np.ndarray, n: int, size: int, where: str) -> None:
@@ -65,30 +92,16 @@ class StringColumn(Sequence[str]):
 
     @classmethod
     def of(cls, values: Sequence[str] | np.ndarray) -> "StringColumn":
-        """The column of these strings, encoded chunk by chunk into one preallocated blob.
-
-        Two passes over chunks of ``_ENCODE_ROWS`` strings (byte lengths, then
-        bytes), so no temporary of the whole column's size exists beside the
-        blob: a chunk that is ASCII is joined and encoded at once, its
-        character counts being its byte counts.
-        """
+        """The column of these strings, encoded chunk by chunk into one preallocated blob (see :func:`utf8_offsets`)."""
         if isinstance(values, StringColumn):
             return values
         values = values.tolist() if isinstance(values, np.ndarray) else values
-        n = len(values)
-        lengths = np.empty(n, dtype=np.int64)
-        for lo in range(0, n, _ENCODE_ROWS):
-            chunk = values[lo:lo + _ENCODE_ROWS]
-            ascii_chunk = "".join(chunk).isascii()
-            lengths[lo:lo + len(chunk)] = np.fromiter(
-                map(len, chunk) if ascii_chunk else (len(v.encode("utf-8")) for v in chunk),
-                dtype=np.int64, count=len(chunk))
-        offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
+        offsets = utf8_offsets(values)
         blob = np.empty(int(offsets[-1]), dtype=np.uint8)
-        for lo in range(0, n, _ENCODE_ROWS):
-            data = "".join(values[lo:lo + _ENCODE_ROWS]).encode("utf-8")
-            blob[offsets[lo]:offsets[min(lo + _ENCODE_ROWS, n)]] = np.frombuffer(data, dtype=np.uint8)
+        at = 0
+        for data in utf8_chunks(values):
+            blob[at:at + len(data)] = np.frombuffer(data, dtype=np.uint8)
+            at += len(data)
         return cls(blob, offsets)
 
     def __len__(self) -> int:

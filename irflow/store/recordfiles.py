@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import itertools
 import json
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
 from irflow.errors import CorpusError
 from irflow.store import generations as gens
-from irflow.store.columnar import JsonColumn, LedgerTable, StringColumn, check_offsets
+from irflow.store.columnar import JsonColumn, LedgerTable, StringColumn, check_offsets, utf8_chunks, utf8_offsets
 from irflow.store.record_store import CorpusStore
 
 __all__ = ["RECORDS_FILE", "LEDGER_FILE", "V1_FILES", "V2_FILES", "record_payloads", "read_v1", "read_v2",
@@ -92,28 +92,26 @@ def all_of_type(values: Iterable[Any], kind: type) -> bool:
 # -- format 2 -------------------------------------------------------------------------------
 
 
-def _strings(held: np.ndarray | StringColumn) -> StringColumn:
-    return held if isinstance(held, StringColumn) else StringColumn.of(held)
+def _blob_and_offsets(held: Sequence[str] | np.ndarray | StringColumn) -> tuple[gens.Payload, np.ndarray]:
+    """A string column's blob payload and offsets: a stored column's own arrays, or the strings streamed to disk."""
+    if isinstance(held, StringColumn):
+        return np.ascontiguousarray(held.blob, dtype=np.uint8), np.ascontiguousarray(held.offsets, dtype=np.int64)
+    values = held.tolist() if isinstance(held, np.ndarray) else held
+    offsets = utf8_offsets(values)
+    return gens.StreamedArray(np.uint8, int(offsets[-1]), lambda: utf8_chunks(values)), offsets
 
 
-def record_payloads(store: CorpusStore) -> dict[str, np.ndarray | bytes]:
-    """The format-2 files of *store*: name -> array to ``np.save`` (or JSON bytes); stored columns are reused."""
+def record_payloads(store: CorpusStore) -> dict[str, gens.Payload]:
+    """The format-2 files of *store*: name -> payload (stored columns reused; texts streamed, never joined whole)."""
     metadata = store.metadata
     meta = metadata if isinstance(metadata, JsonColumn) else JsonColumn.of(
         metadata, name=lambda row: f"the metadata of record {store.record_ids_of([row])[0]!r}")
-    texts = store.texts
     table = store.ledger_table
-    columns = {
-        "id": _strings(store.id_column),
-        "artifact_id": _strings(store.artifact_column),
-        "text": texts if isinstance(texts, StringColumn) else StringColumn.of(texts),
-        "metadata": meta.strings,
-        "ledger": StringColumn.of(table.artifacts),
-    }
-    files: dict[str, np.ndarray | bytes] = {}
+    columns = {"id": store.id_column, "artifact_id": store.artifact_column, "text": store.texts,
+               "metadata": meta.strings, "ledger": table.artifacts}
+    files: dict[str, gens.Payload] = {}
     for column, stem in _STRINGS.items():
-        files[f"{stem}.bytes.npy"] = np.ascontiguousarray(columns[column].blob, dtype=np.uint8)
-        files[f"{stem}.offsets.npy"] = np.ascontiguousarray(columns[column].offsets, dtype=np.int64)
+        files[f"{stem}.bytes.npy"], files[f"{stem}.offsets.npy"] = _blob_and_offsets(columns[column])
     files[KIND_CODES_FILE] = np.ascontiguousarray(store.kind_codes, dtype=np.int32)
     files[SURFACE_INDEX_FILE] = np.ascontiguousarray(store.surface_indices, dtype=np.int64)
     files[LEDGER_OFFSETS_FILE] = np.ascontiguousarray(table.offsets, dtype=np.int64)
