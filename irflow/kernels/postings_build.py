@@ -60,7 +60,7 @@ def _smallest_unsigned(largest: int) -> type:
 
 
 def _read_chunk(rows_in: Iterator[Sequence[str]], lookup: Callable[[str], int],
-                ) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
+                ) -> tuple[np.ndarray, np.ndarray] | None:
     """The next ``CHUNK_ROWS`` rows as (tokens per row, term ids), read ``READ_ROWS`` token lists at a time."""
     lengths_parts, ids_parts, taken = [], [], 0
     while taken < CHUNK_ROWS:
@@ -74,7 +74,7 @@ def _read_chunk(rows_in: Iterator[Sequence[str]], lookup: Callable[[str], int],
         taken += len(rows)
         del rows
     if not taken:
-        return None, None
+        return None
     return np.concatenate(lengths_parts), np.concatenate(ids_parts)
 
 
@@ -99,9 +99,10 @@ def build_arrays(token_lists: Iterable[Sequence[str]], *,
     largest_tf = 0
     rows_in = iter(token_lists)
     while True:
-        lengths, ids = _read_chunk(rows_in, lookup)
-        if lengths is None:
+        read = _read_chunk(rows_in, lookup)
+        if read is None:
             break
+        lengths, ids = read
         width = max(len(vocab), 1)
         # one key per token of this chunk, row-major: sorting groups a row's terms (ascending),
         # and a run of equal keys is one term repeated in one row, its length the tf
