@@ -145,3 +145,16 @@ def test_opening_creates_nothing_per_record(tmp_path: Path) -> None:
     assert peak < 2_000_000, peak
     assert corpus.hits([39_999], [1.0])[0].metadata == {"g": 99}
     assert corpus.row_of(corpus.record_ids_of([7])[0]) == 7
+
+
+def test_a_json_row_with_trailing_bytes_or_bad_json_names_its_file() -> None:
+    column = JsonColumn(StringColumn(np.frombuffer(b'{"a":1}x,{,[],', dtype=np.uint8), np.array([0, 9, 11, 14]),
+                                     where="g/records.metadata.bytes.npy"),
+                        check=lambda value: type(value) is dict, what="a metadata mapping")
+    for row in (0, 1):
+        with pytest.raises(CorpusError, match=r"g/records.metadata.bytes.npy is not valid JSON.*rebuild"):
+            column.take(np.array([row]))
+        with pytest.raises(CorpusError, match=r"g/records.metadata.bytes.npy is not valid JSON.*rebuild"):
+            _ = column[row]
+    with pytest.raises(CorpusError, match=r"row 2 holds a list, expected a metadata mapping"):
+        column.take(np.array([2]))

@@ -227,11 +227,11 @@ class Corpus:
         # the batch's rows looked up once per column (a stored corpus decodes only these rows' strings)
         kinds, codes = store.kinds, store.kind_codes_of(rows).tolist()
         artifact_ids, record_ids = store.artifact_ids_of(rows).tolist(), store.record_ids_of(rows).tolist()
-        texts, metadata, surface_indices = store.texts_of(rows), store.metadata, store.surface_indices_of(rows).tolist()
+        texts, metadata, surface_indices = store.texts_of(rows), store.metadata_of(rows), store.surface_indices_of(rows).tolist()
         return [SearchHit(artifact_id=artifact_ids[i], surface_kind=kinds[codes[i]], score=score,
-                          text=texts[i], metadata=metadata[row], source=name,
+                          text=texts[i], metadata=metadata[i], source=name,
                           surface_index=surface_indices[i], record_id=record_ids[i])
-                for i, (row, score) in enumerate(zip(rows.tolist(), scores.tolist()))]
+                for i, score in enumerate(scores.tolist())]
 
     def sibling_rows(self, artifact_ids: Sequence[str]) -> Siblings:
         """Each artifact's live rows in plan order, through the ledger (:meth:`CorpusStore.sibling_rows`)."""

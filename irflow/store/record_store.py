@@ -346,9 +346,16 @@ class CorpusStore:
         """Text of each row."""
         texts = self._texts
         if isinstance(texts, StringColumn):
-            found: list[str] = texts.take(_rows(rows)).tolist()
-            return found
+            return texts.take_list(_rows(rows))
         return [texts[row] for row in _rows(rows).tolist()]
+
+    def metadata_of(self, rows: Any) -> list[Mapping[str, Any]]:
+        """Metadata mapping of each row (treat as read-only)."""
+        metadata = self._metadata
+        if isinstance(metadata, JsonColumn):
+            found: list[Mapping[str, Any]] = metadata.take(_rows(rows))
+            return found
+        return [metadata[row] for row in _rows(rows).tolist()]
 
     def kind_codes_of(self, rows: Any) -> np.ndarray:
         """Surface kind code of each row (int32), indexing :attr:`kinds`."""
@@ -361,8 +368,14 @@ class CorpusStore:
         return found
 
     def records(self, rows: Any) -> list[Record]:
-        """The records of these rows, in order."""
-        return [self.record(row) for row in _rows(rows).tolist()]
+        """The records of these rows, in order (each column looked up once for the batch)."""
+        rows = _rows(rows)
+        kinds, codes = self._kinds, self._kind_codes[rows].tolist()
+        return [Record(artifact_id=artifact, surface_kind=kinds[code], text=text, metadata=metadata,
+                       surface_index=index, id=record_id)
+                for artifact, code, text, metadata, index, record_id in zip(
+                    self.artifact_ids_of(rows).tolist(), codes, self.texts_of(rows), self.metadata_of(rows),
+                    self._surface_indices[rows].tolist(), self.record_ids_of(rows).tolist())]
 
     # -- ledger ---------------------------------------------------------------------------
 
