@@ -34,7 +34,7 @@ from irflow.errors import CorpusError
 __all__ = ["StringColumn", "JsonColumn", "LedgerTable", "check_offsets", "utf8_chunks", "utf8_offsets"]
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-_SCAN = json.JSONDecoder().scan_once
+_SCAN = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set by its __init__, untyped
 #: Strings encoded at once when a column is written (a few MB of text at a time).
 _ENCODE_ROWS = 8192
 
