@@ -12,7 +12,11 @@ nothing is cached in the process, while the files stay in the page cache
 Timed per process, CPU and wall: ``open_corpus(path)`` (checksums),
 ``open_corpus(path, verify=False)``, then the first dense query (which maps
 the vectors in and, from issue 12 on, checks their checksum and norms) and
-a second one.  With ``--base DIR`` (a checkout of an older commit, e.g.
+a second one; then, CPU only, what a corpus may defer to first use: the
+first hits (records read for the top 10), the first metadata filter (a 1%
+filter: the filter's columnar view of every row's metadata), the first
+lookup by record id and the first sibling lookup (from corpus format 2 on,
+the id -> row and artifact -> ledger dicts are built then, not on open).  With ``--base DIR`` (a checkout of an older commit, e.g.
 ``git archive 9199a5b irflow | tar -x -C DIR``) that checkout's irflow
 builds its own copy from the same records (each release reads the files it
 writes) and is timed in the same way, interleaved: the before / after.
@@ -54,8 +58,16 @@ out["open_cpu"], out["open_wall"] = time.process_time() - c, time.perf_counter()
 q = np.random.default_rng(0).standard_normal((1, corpus.dim)).astype(np.float32)
 for name in ("first", "second"):
     w, c = time.perf_counter(), time.process_time()
-    corpus.dense_topk(q, None, 10)
+    top = corpus.dense_topk(q, None, 10)
     out[name + "_cpu"], out[name + "_wall"] = time.process_time() - c, time.perf_counter() - w
+# what a stored corpus may defer to first use: hits (records), a metadata filter, a lookup by id, siblings
+for name, step in (("hits", lambda: corpus.hits(top.row, top.score)),
+                   ("filter", lambda: corpus.candidate_mask({"g": 3})),
+                   ("row_of", lambda: corpus.row_of(corpus.record_ids_of([7])[0])),
+                   ("siblings", lambda: corpus.sibling_rows(list(corpus.artifact_ids_of([5]))))):
+    c = time.process_time()
+    step()
+    out[name + "_cpu"] = time.process_time() - c
 out["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps(out))
 """
@@ -94,11 +106,17 @@ def build_with(checkout: str | None, n: int, words: int, path: str, seed: int) -
 def probe(path: str, verify: bool, checkout: str | None) -> dict[str, Any]:
     env = dict(os.environ)
     env["PYTHONPATH"] = checkout if checkout else H.REPO
+    # not from the current directory: ``python -c`` puts it first on sys.path, and from a checkout's root
+    # that would import its irflow instead of the one asked for
     done = subprocess.run([sys.executable, "-c", PROBE, path, "1" if verify else "0"], env=env,
-                          capture_output=True, text=True, timeout=1800)
+                          capture_output=True, text=True, timeout=1800, cwd=os.path.dirname(path))
     if done.returncode != 0:
         raise SystemExit(f"probe failed: {done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    wanted = os.path.realpath(checkout if checkout else H.REPO)
+    if not os.path.realpath(out["irflow"]).startswith(wanted + os.sep):
+        raise SystemExit(f"probe imported {out['irflow']}, not the irflow of {wanted}")
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -147,11 +165,16 @@ def main(argv: Sequence[str] | None = None) -> None:
             for (name, verify), samples in runs.items():
                 def med(key: str, samples: list[dict[str, Any]] = samples) -> float:
                     return statistics.median(s[key] for s in samples)
-                rows.append([name, "yes" if verify else "no", med("open_cpu"), med("open_wall"), med("first_cpu"),
-                             med("second_cpu"), med("maxrss_mb")])
-            print(H.table(["system", "checksums", "open cpu s", "open wall s", "1st dense cpu s", "2nd dense cpu s",
-                           "peak RSS MB"], rows))
-            print(f"  medians of {args.repeats} fresh processes each, interleaved")
+                def p90(key: str, samples: list[dict[str, Any]] = samples) -> float:
+                    values = sorted(s[key] for s in samples)
+                    return values[min(len(values) - 1, int(0.9 * len(values)))]
+                rows.append([name, "yes" if verify else "no", med("open_cpu"), p90("open_cpu"), med("open_wall"),
+                             med("first_cpu"), med("second_cpu"), med("hits_cpu"), med("filter_cpu"),
+                             med("row_of_cpu"), med("siblings_cpu"), med("maxrss_mb")])
+            print(H.table(["system", "checksums", "open cpu s", "p90", "open wall s", "1st dense cpu s",
+                           "2nd dense", "1st hits", "1st filter", "1st row_of", "1st siblings", "peak RSS MB"], rows))
+            print(f"  medians (p90: nearest rank) of {args.repeats} fresh processes each, interleaved; the 1st-use "
+                  "columns are CPU s")
         finally:
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)

@@ -29,6 +29,7 @@ from irflow.errors import CorpusError
 from irflow.store.ledger import records_for_artifact
 from irflow.kernels.postings import Postings
 from irflow.store.records import Record
+from old_format import downgrade_to_v1
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -197,8 +198,10 @@ def _edit_manifest(root: Path, change: Callable[[dict], None]) -> None:
     (lambda m: m.update(kinds="name"), "'kinds' must be a list"),
     (lambda m: m["files"].update({"../../../etc/passwd": {"bytes": 1, "blake2b": "0" * 32}}),
      "lists a file named '../../../etc/passwd'"),
-    (lambda m: m["files"]["ledger.json"].pop("bytes"), "ill-formed entry for 'ledger.json'"),
-    (lambda m: m["files"]["ledger.json"].update(bytes=-1), "ill-formed entry for 'ledger.json'"),
+    (lambda m: m["files"]["ledger.rows.npy"].pop("bytes"), "ill-formed entry for 'ledger.rows.npy'"),
+    (lambda m: m["files"]["ledger.rows.npy"].update(bytes=-1), "ill-formed entry for 'ledger.rows.npy'"),
+    (lambda m: m.update(version=3), "corpus format version 3 is unknown to this irflow"),
+    (lambda m: m.update(version=True), "corpus format version True is unknown"),
     (lambda m: m["files"].update({"vocab.json": "x"}), "ill-formed entry for 'vocab.json'"),
     (lambda m: m.update(files=[]), "no 'files' table"),
 ])
@@ -230,13 +233,81 @@ def test_manifest_that_is_a_directory_is_refused(root: Path) -> None:
     ("ledger.json", lambda ledger: {**ledger, "pkg0": [1, 2]}, "is not a mapping of artifact ids to lists"),
     ("vocab.json", lambda v: [*v[:-1], 5], "is not a list of terms"),
 ])
-def test_malformed_store_files_are_refused(root: Path, file: str, change: Callable, says: str) -> None:
+def test_malformed_store_files_of_format_1_are_refused(root: Path, file: str, change: Callable, says: str) -> None:
+    downgrade_to_v1(root, digest="crc32")
     _rewrite_json(root, file, change)
     with pytest.raises(CorpusError, match=rf"{file}.*{says}|{says}.*{file}"):
         open_corpus(root)
     if file != "vocab.json":
         with pytest.raises(CorpusError, match=file):
             records_for_artifact(root, "pkg0")  # the store alone (sibling lookup by path) checks the same
+
+
+def _rewrite_strings(root: Path, stem: str, change: Callable[[list[str]], list[str]]) -> None:
+    """Replace a format-2 string column (blob + offsets) by *change* of its strings, both files resealed."""
+    gen = _gen(root)
+    blob = np.load(gen / f"{stem}.bytes.npy", allow_pickle=False).tobytes()
+    offsets = np.load(gen / f"{stem}.offsets.npy", allow_pickle=False).tolist()
+    values = change([blob[a:b].decode("utf-8") for a, b in zip(offsets[:-1], offsets[1:])])
+    encoded = [v.encode("utf-8", "surrogateescape") for v in values]
+    new_offsets = np.concatenate(([0], np.cumsum([len(e) for e in encoded]))).astype(np.int64)
+    _rewrite_array(root, f"{stem}.bytes.npy", lambda _: np.frombuffer(b"".join(encoded), dtype=np.uint8))
+    _rewrite_array(root, f"{stem}.offsets.npy", lambda _: new_offsets)
+
+
+@pytest.mark.parametrize("file, change, says", [
+    ("records.id.offsets.npy", lambda a: _set(a, 2, a[1] - 1), "are not offsets rising from 0 to the"),
+    ("records.text.offsets.npy", lambda a: a[:-1], r"holds int64 \(8,\), expected int64 \(9,\)"),
+    ("records.artifact_id.offsets.npy", lambda a: a.astype(np.int32), r"holds int32 \(9,\), expected int64"),
+    ("records.text.bytes.npy", lambda a: a.astype(np.int16), "holds int16 .* expected a 1-d uint8 blob"),
+    ("records.metadata.bytes.npy", lambda a: _set(a, -1, ord(" ")), "not hold one comma-terminated JSON text"),
+    ("records.kind_code.npy", lambda a: _set(a, 3, 2), r"holds values outside 0..1"),
+    ("records.kind_code.npy", lambda a: a.astype(np.int64), r"holds int64 \(8,\), expected int32 \(8,\)"),
+    ("records.surface_index.npy", lambda a: _set(a, 0, -1), "holds values outside 0.."),
+    ("ledger.rows.npy", lambda a: _set(a, 0, 8), r"holds values outside -1..7"),
+    ("ledger.rows.npy", lambda a: _set(a, 0, -1), "ledger.missing.json is not the list of the ledger's ids"),
+    ("ledger.offsets.npy", lambda a: _set(a, -1, a[-1] - 1), r"ledger.rows.npy holds int64 \(8,\), expected int64 \(7,\)"),
+    ("ledger.offsets.npy", lambda a: _set(a, 1, a[2] + 1), "are not offsets rising"),
+])
+def test_malformed_store_files_are_refused_on_open(root: Path, file: str, change: Callable, says: str) -> None:
+    # shapes, dtypes, offsets and ranges are checked when the store opens: vectorized passes, nothing decoded
+    _rewrite_array(root, file, change)
+    for verify in (True, False):
+        with pytest.raises(CorpusError, match=rf"{says}.*rebuild"):
+            open_corpus(root, verify=verify)
+    with pytest.raises(CorpusError, match=rf"{says}.*rebuild"):
+        records_for_artifact(root, "pkg0")  # the store alone (sibling lookup by path) checks the same
+
+
+def test_malformed_ledger_missing_list_is_refused(root: Path) -> None:
+    _rewrite_json(root, "ledger.missing.json", lambda _: ["ghost"])
+    with pytest.raises(CorpusError, match="ledger.missing.json is not the list of the ledger's ids the store lacks"):
+        open_corpus(root)
+
+
+def test_strings_are_checked_when_first_decoded(root: Path) -> None:
+    # a blob that is not UTF-8, or metadata that is not a mapping, is found on its first read: a CorpusError
+    # naming the file, never a wrong answer (checksums catch damage first; this is a resealed, malformed file)
+    _rewrite_strings(root, "records.metadata", lambda v: [*v[:2], "[2],", *v[3:]])
+    _rewrite_strings(root, "records.text", lambda v: [*v[:5], "bad \udcff byte", *v[6:]])
+    corpus = open_corpus(root)
+    assert corpus.record(0).metadata == {"n": 0} and corpus.record(1).text.startswith("description of package 0")
+    with pytest.raises(CorpusError, match=r"records.metadata.bytes.npy: row 2 holds a list, expected a metadata "
+                                          r"mapping.*rebuild"):
+        corpus.record(2)
+    with pytest.raises(CorpusError, match=r"records.metadata.bytes.npy: row 2 holds a list.*rebuild"):
+        corpus.candidate_mask({"n": 1})  # every row's metadata at once, for the filter's columns
+    with pytest.raises(CorpusError, match=r"records.text.bytes.npy is not UTF-8.*rebuild"):
+        corpus.hits([5], [1.0])
+
+
+def test_duplicate_record_ids_are_refused_on_first_lookup_by_id(root: Path) -> None:
+    _rewrite_strings(root, "records.id", lambda v: [v[0], v[0], *v[2:]])
+    corpus = open_corpus(root)  # no id -> row table is built on open (a million-record open would pay it)
+    with pytest.raises(CorpusError, match=r"records.id.bytes.npy: the store holds duplicate record ids.*rebuild"):
+        corpus.row_of(corpus.record_ids[3])
+    with pytest.raises(CorpusError, match=r"records.id.bytes.npy: the store holds duplicate record ids"):
+        records_for_artifact(root, "pkg1")
 
 
 def test_tombstones_out_of_range_name_their_file(root: Path) -> None:
@@ -265,7 +336,7 @@ def test_a_huge_current_is_refused(root: Path) -> None:
     assert open_corpus(root).n_rows == 2
 
 
-@pytest.mark.parametrize("target", ["CURRENT", "manifest.json", "ledger.json"])
+@pytest.mark.parametrize("target", ["CURRENT", "manifest.json", "ledger.missing.json"])
 def test_a_fifo_never_hangs_a_reader(root: Path, target: str) -> None:
     path = root / target if target == "CURRENT" else _gen(root) / target
     path.unlink()
@@ -284,12 +355,13 @@ def test_a_fifo_never_hangs_a_reader(root: Path, target: str) -> None:
     assert f"{target} is a FIFO" in out.stdout or (target != "CURRENT" and "is a FIFO, not a regular file" in out.stdout)
 
 
-def test_a_json_file_replaced_by_a_link_to_dev_zero_is_refused(root: Path) -> None:
-    path = _gen(root) / "records.json"
+@pytest.mark.parametrize("file", ["ledger.missing.json", "records.text.bytes.npy"])
+def test_a_store_file_replaced_by_a_link_to_dev_zero_is_refused(root: Path, file: str) -> None:
+    path = _gen(root) / file
     path.unlink()
     path.symlink_to("/dev/zero")
     for verify in (True, False):
-        with pytest.raises(CorpusError, match="records.json is a character device, not a regular file"):
+        with pytest.raises(CorpusError, match=f"{file} is a character device, not a regular file"):
             open_corpus(root, verify=verify)
 
 

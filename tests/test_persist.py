@@ -25,8 +25,14 @@ from irflow.store.generations import PAUSE_ENV
 from irflow.store.ledger import records_for_artifact
 from irflow.store.records import Record
 from irflow.kernels import text
+from old_format import downgrade_to_v1
 
 REPO = Path(__file__).resolve().parents[1]
+#: format 2's record store files: binary columns, no JSON parsed per record
+RECORD_FILES = [f"{stem}.{part}.npy" for stem in ("records.id", "records.artifact_id", "records.text",
+                                                   "records.metadata", "ledger.artifact")
+                for part in ("bytes", "offsets")] + ["records.kind_code.npy", "records.surface_index.npy",
+                                                     "ledger.offsets.npy", "ledger.rows.npy", "ledger.missing.json"]
 
 
 def _records(n_artifacts: int = 6) -> list[Record]:
@@ -71,13 +77,13 @@ def test_layout_and_manifest(root: Path) -> None:
     assert _current(root) == "gen-000001"
     gen = root / "gen-000001"
     manifest = json.loads((gen / "manifest.json").read_text())
-    assert manifest["format"] == "irflow-corpus" and manifest["version"] == 1
+    assert manifest["format"] == "irflow-corpus" and manifest["version"] == 2
     assert manifest["counts"]["rows"] == 18 and manifest["counts"]["live"] == 18 and manifest["counts"]["artifacts"] == 6
     assert manifest["embedder"]["spec"] == "hash:32" and manifest["embedder"]["dim"] == 32
     assert manifest["analyzer"]["name"] == text.DEFAULT_ANALYZER
     assert manifest["kinds"] == ["name", "description", "readme_chunk"]
-    expected = {"records.json", "ledger.json", "tombstones.npy", "vectors.npy", "vocab.json", "postings.term_offsets.npy"}
-    assert expected <= set(manifest["files"])
+    expected = {"tombstones.npy", "vectors.npy", "vocab.json", "postings.term_offsets.npy", *RECORD_FILES}
+    assert expected <= set(manifest["files"]) and "records.json" not in manifest["files"]
     for name, entry in manifest["files"].items():
         data = (gen / name).read_bytes()
         assert entry["bytes"] == len(data)
@@ -99,7 +105,7 @@ def test_opened_arrays_are_memory_mapped(root: Path) -> None:
 # -- damage is detected -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("file", ["records.json", "ledger.json", "vectors.npy", "postings.post_rows.npy", "vocab.json", "tombstones.npy"])
+@pytest.mark.parametrize("file", [*RECORD_FILES, "vectors.npy", "postings.post_rows.npy", "vocab.json", "tombstones.npy"])
 def test_truncated_file_raises_corpus_error_naming_it(root: Path, file: str) -> None:
     path = root / "gen-000001" / file
     path.write_bytes(path.read_bytes()[:-3])
@@ -108,7 +114,8 @@ def test_truncated_file_raises_corpus_error_naming_it(root: Path, file: str) -> 
             open_corpus(root, verify=verify)
 
 
-@pytest.mark.parametrize("file", ["records.json", "postings.post_tfs.npy", "ledger.json", "vocab.json"])
+@pytest.mark.parametrize("file", ["records.text.bytes.npy", "records.metadata.bytes.npy", "records.id.offsets.npy",
+                                  "ledger.rows.npy", "ledger.missing.json", "postings.post_tfs.npy", "vocab.json"])
 def test_altered_byte_raises_corpus_error_naming_it(root: Path, file: str) -> None:
     path = root / "gen-000001" / file
     data = bytearray(path.read_bytes())
@@ -138,23 +145,51 @@ def test_altered_vectors_are_refused_on_first_dense_use(root: Path) -> None:
     assert irflow.search(open_corpus(root, verify=False), "json", mode="dense")  # no checksums asked
 
 
-def test_corpora_of_the_previous_release_still_open(root: Path) -> None:
-    # the previous release listed blake2b digests: such a corpus opens, verified with blake2b
-    before = [(h.record_id, h.score) for h in irflow.search(open_corpus(root), "json", mode="dense")]
+def _answers(corpus: Corpus) -> dict:
+    """Every reader-visible answer that reads records: hits (text, metadata) through filters, siblings, lookups."""
+    hits = {}
+    for mode in ("dense", "lexical", "hybrid"):
+        for where in (None, {"owner": "o1"}, {"n": {"$gte": 2}}):
+            hits[(mode, repr(where))] = [h.to_dict() for h in irflow.search(corpus, "json files pip", mode=mode,
+                                                                            filter=where, k=5)]
+    return {
+        "snapshot": _snapshot(corpus),
+        "hits": hits,
+        "siblings": {a: [r.to_dict() for r in records_for_artifact(corpus, a)] for a in corpus.store.ledger},
+        "rows": [corpus.row_of(rid) for rid in corpus.record_ids.tolist()],
+        "records": [r.to_dict() for r in corpus.records([5, 0, 17])],
+        "artifacts": corpus.artifact_ids_of([3, 4]).tolist(),
+    }
+
+
+@pytest.mark.parametrize("digest", ["blake2b", "crc32"])
+def test_corpora_of_the_previous_release_still_open(root: Path, digest: str) -> None:
+    # format 1 (records.json, ledger.json) with blake2b digests (two releases back) or crc32 ones (the last)
+    before = _answers(open_corpus(root))
+    downgrade_to_v1(root, digest=digest)
     gen = root / "gen-000001"
     manifest = json.loads((gen / "manifest.json").read_text())
-    for name, entry in manifest["files"].items():
-        del entry["crc32"]
-        entry["blake2b"] = hashlib.blake2b((gen / name).read_bytes(), digest_size=16).hexdigest()
-    raw = json.dumps(manifest).encode()
-    (gen / "manifest.json").write_bytes(raw)
-    (root / "CURRENT").write_text(f"gen-000001 {hashlib.blake2b(raw, digest_size=16).hexdigest()}\n")
-    assert [(h.record_id, h.score) for h in irflow.search(open_corpus(root), "json", mode="dense")] == before
-    _flip_low_bit_of_a_vector(root)
+    assert manifest["version"] == 1 and "records.json" in manifest["files"] and "records.id.bytes.npy" not in manifest["files"]
+    old = open_corpus(root)
+    assert _answers(old) == before
+    # a delete on an old corpus keeps its format (the other files are linked as they are) and still answers
+    old.store.delete_record(old.record_ids[4])
+    reopened = open_corpus(root)
+    assert json.loads((root / _current(root) / "manifest.json").read_text())["version"] == 1
+    assert reopened.record_ids[4] not in reopened.store and len(reopened) == 17
+    assert [r.to_dict() for r in reopened.store] == [r.to_dict() for r in old.store]
+    gen = root / _current(root)
+    vectors = gen / "vectors.npy"
+    data = bytearray(vectors.read_bytes())
+    data[len(data) - 4] ^= 0x01
+    vectors.unlink()
+    vectors.write_bytes(bytes(data))
     with pytest.raises(CorpusError, match=r"vectors.npy does not match its checksum"):
         irflow.search(open_corpus(root), "json", mode="dense")
     records = gen / "records.json"
-    records.write_bytes(records.read_bytes().replace(b"pkg2", b"pkgX"))
+    raw = records.read_bytes().replace(b"pkg2", b"pkgX")
+    records.unlink()
+    records.write_bytes(raw)
     with pytest.raises(CorpusError, match=r"records.json does not match its checksum"):
         open_corpus(root)
 
@@ -219,9 +254,9 @@ def test_sibling_lookup_by_path_reads_only_the_store(root: Path, monkeypatch: py
 
 
 def test_sibling_lookup_by_path_still_verifies_the_store(root: Path) -> None:
-    records = root / "gen-000001" / "records.json"
+    records = root / "gen-000001" / "records.artifact_id.bytes.npy"
     records.write_bytes(records.read_bytes().replace(b"pkg2", b"pkgX"))
-    with pytest.raises(CorpusError, match="records.json"):
+    with pytest.raises(CorpusError, match="records.artifact_id.bytes.npy does not match its checksum"):
         records_for_artifact(root, "pkg2")
 
 
@@ -328,7 +363,7 @@ def _assert_intact(root: Path, before: dict) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("point", ["after:records.json", "after:vectors.npy", "before-rename", "before-current"])
+@pytest.mark.parametrize("point", ["after:records.text.bytes.npy", "after:vectors.npy", "before-rename", "before-current"])
 def test_killed_rebuild_leaves_the_previous_corpus_intact(root: Path, tmp_path: Path, point: str) -> None:
     before = _snapshot(open_corpus(root))
     marker = tmp_path / "paused"

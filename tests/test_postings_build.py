@@ -55,14 +55,15 @@ documents = st.lists(st.lists(st.sampled_from(["a", "b", "c", "d", "e", "ä", ""
 
 
 @settings(max_examples=200, deadline=None)
-@given(documents, st.sampled_from([1, 2, 3, 7, 16384]))
-def test_build_matches_the_reference_whatever_the_chunks(docs: list[list[str]], chunk_rows: int) -> None:
-    saved = postings_build.CHUNK_ROWS
-    postings_build.CHUNK_ROWS = chunk_rows
+@given(documents, st.sampled_from([1, 2, 3, 7, 16384]), st.sampled_from([1, 2, 5, 2048]))
+def test_build_matches_the_reference_whatever_the_chunks(docs: list[list[str]], chunk_rows: int,
+                                                         read_rows: int) -> None:
+    saved = postings_build.CHUNK_ROWS, postings_build.READ_ROWS
+    postings_build.CHUNK_ROWS, postings_build.READ_ROWS = chunk_rows, read_rows
     try:
         built = Postings.build(iter(docs))  # any iterable: a generator is read once
     finally:
-        postings_build.CHUNK_ROWS = saved
+        postings_build.CHUNK_ROWS, postings_build.READ_ROWS = saved
     assert_matches(built, reference(docs))
 
 

@@ -4,7 +4,9 @@ The first builder sorted one int64 key per token of the whole collection,
 with several more int64 temporaries of that size: about six times the final
 index at its peak (4.3 GB over 60M tokens for a 0.6 GB index).  This one
 reads the token lists once, a chunk of ``CHUNK_ROWS`` rows at a time (an
-iterable is enough: a corpus streams them from its analyzer), and keeps only
+iterable is enough: a corpus streams them from its analyzer; a chunk's token
+lists are read ``READ_ROWS`` at a time and turned into term ids, so the
+Python strings of only that many rows are alive at once), and keeps only
 int32 term ids and small term frequencies between the two phases:
 
 1. per chunk: tokens -> term ids (a dict, grown on first sight, in one
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from typing import Any, Callable, ContextManager, Iterable, Sequence
+from typing import Any, Callable, ContextManager, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -36,8 +38,13 @@ from irflow.errors import IrflowError
 
 __all__ = ["build_arrays", "CHUNK_ROWS"]
 
-#: Rows per chunk: at 60 tokens a row, 16k rows are ~1M tokens, an 8 MB key array.
-CHUNK_ROWS = 16384
+#: Rows per chunk: at 60 tokens a row, 8k rows are ~0.5M tokens, a 4 MB key array (16k rows peaked
+#: ~20 MB higher at 100k records for the chunk's int64 temporaries, and were no faster).
+CHUNK_ROWS = 8192
+#: Rows whose token lists are held at once: a token is a Python string (~60 bytes with its pointer),
+#: so 16k rows of them were ~60 MB of small objects at 60 tokens a row (the peak of a 100k-record
+#: build), and their freed arenas stayed resident; 2k rows hold ~7 MB, then become int64 term ids.
+READ_ROWS = 2048
 
 
 class _Vocab(dict[str, int]):
@@ -50,6 +57,25 @@ class _Vocab(dict[str, int]):
 
 def _smallest_unsigned(largest: int) -> type:
     return np.uint8 if largest <= 0xFF else np.uint16 if largest <= 0xFFFF else np.int32
+
+
+def _read_chunk(rows_in: Iterator[Sequence[str]], lookup: Callable[[str], int],
+                ) -> tuple[np.ndarray, np.ndarray] | None:
+    """The next ``CHUNK_ROWS`` rows as (tokens per row, term ids), read ``READ_ROWS`` token lists at a time."""
+    lengths_parts, ids_parts, taken = [], [], 0
+    while taken < CHUNK_ROWS:
+        rows = list(itertools.islice(rows_in, min(READ_ROWS, CHUNK_ROWS - taken)))
+        if not rows:
+            break
+        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+        ids_parts.append(np.fromiter(map(lookup, itertools.chain.from_iterable(rows)), dtype=np.int64,
+                                     count=int(lengths.sum())))
+        lengths_parts.append(lengths)
+        taken += len(rows)
+        del rows
+    if not taken:
+        return None
+    return np.concatenate(lengths_parts), np.concatenate(ids_parts)
 
 
 def build_arrays(token_lists: Iterable[Sequence[str]], *,
@@ -73,13 +99,10 @@ def build_arrays(token_lists: Iterable[Sequence[str]], *,
     largest_tf = 0
     rows_in = iter(token_lists)
     while True:
-        chunk = list(itertools.islice(rows_in, CHUNK_ROWS))
-        if not chunk:
+        read = _read_chunk(rows_in, lookup)
+        if read is None:
             break
-        lengths = np.fromiter(map(len, chunk), dtype=np.int64, count=len(chunk))
-        ids = np.fromiter(map(lookup, itertools.chain.from_iterable(chunk)), dtype=np.int64,
-                          count=int(lengths.sum()))
-        del chunk
+        lengths, ids = read
         width = max(len(vocab), 1)
         # one key per token of this chunk, row-major: sorting groups a row's terms (ascending),
         # and a run of equal keys is one term repeated in one row, its length the tf

@@ -225,14 +225,16 @@ class Corpus:
             raise ValueError(f"hits needs one score per row, got {rows.size} rows and {scores.size} scores")
         if scores.size and np.isnan(scores).any():
             raise ValueError("a hit score must not be NaN")
-        store, name, kinds, texts, metadata = self.store, self.name, self.store.kinds, self.store.texts, self.store.metadata
-        # each column gathered once for the k rows, then plain Python values (a fixed cost of every search())
+        store, name, kinds = self.store, self.name, self.store.kinds
+        # each column looked up once for the k rows (a stored corpus decodes only these rows' strings),
+        # then plain Python values (a fixed cost of every search())
         artifact_ids, record_ids = store.artifact_ids_of(rows).tolist(), store.record_ids_of(rows).tolist()
         codes, surface_indices = store.kind_codes_of(rows).tolist(), store.surface_indices_of(rows).tolist()
+        texts, metadata = store.texts_of(rows), store.metadata_of(rows)
         make = SearchHit._stored
-        return [make(artifact_ids[i], kinds[codes[i]], score, texts[row], metadata[row], name, surface_indices[i],
+        return [make(artifact_ids[i], kinds[codes[i]], score, texts[i], metadata[i], name, surface_indices[i],
                      record_ids[i])
-                for i, (row, score) in enumerate(zip(rows.tolist(), scores.tolist()))]
+                for i, score in enumerate(scores.tolist())]
 
     def sibling_rows(self, artifact_ids: Sequence[str]) -> Siblings:
         """Each artifact's live rows in plan order, through the ledger (:meth:`CorpusStore.sibling_rows`)."""
@@ -478,7 +480,7 @@ def open_corpus(path_or_name: str | os.PathLike[str], *, embedder: Any = None, v
     source = embedder if embedder is not None else (None if info is None else info.spec)
     check = None
     if stored.vectors is not None:
-        check = VectorCheck(str(stored.generation.dir / VECTORS_FILE), stored.store.record_ids, stored.verify_vectors)
+        check = VectorCheck(str(stored.generation.dir / VECTORS_FILE), stored.store.id_column, stored.verify_vectors)
     return Corpus(
         store=stored.store,
         postings=stored.postings,

@@ -14,14 +14,13 @@ import errno
 import hashlib
 import json
 import logging
-import mmap
 import os
 import re
 import shutil
 import stat
 import zlib
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Union
+from typing import Any, Callable, Iterable, Mapping, Union
 
 import attrs
 import numpy as np
@@ -66,8 +65,21 @@ _HASH_CHUNK = 16 << 20
 MARKER_TEXT = b"irflow generation: irflow may remove this directory's listed files\n"
 _CHUNK = 1 << 20
 
-#: What a generation file can be made from: raw bytes or an array for ``np.save``.
-Payload = Union[bytes, np.ndarray]
+@attrs.frozen
+class StreamedArray:
+    """A 1-d array written as ``np.save`` would, from pieces: never whole in memory (a corpus's texts).
+
+    ``chunks()`` yields the array's bytes in order (``length`` items of
+    ``dtype`` in all, checked when written).
+    """
+
+    dtype: np.dtype[Any] = attrs.field(converter=np.dtype)
+    length: int
+    chunks: Callable[[], Iterable[bytes]]
+
+
+#: What a generation file can be made from: raw bytes, an array for ``np.save``, or one written in pieces.
+Payload = Union[bytes, np.ndarray, StreamedArray]
 
 
 def checksum(path: Path) -> str:
@@ -102,12 +114,27 @@ def buffer_digest(data: Any, algorithm: str) -> str:
 
 
 def file_digest(path: Path, algorithm: str) -> str:
-    """``buffer_digest`` of a file's bytes, read through a memory map (no copy into Python buffers)."""
-    with open(path, "rb") as fh:
-        if os.fstat(fh.fileno()).st_size == 0:
-            return buffer_digest(b"", algorithm)
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            return buffer_digest(mapped, algorithm)
+    """``buffer_digest`` of a file's bytes, read in 1 MiB steps into one reused buffer.
+
+    Not through a memory map: the mapped pages of the file would count in
+    the process's resident memory while it is hashed — a whole text or
+    postings file at the end of a build, whose peak memory is a promise
+    (issue 12) — where reading into a buffer holds one MiB.
+    """
+    buffer = bytearray(_CHUNK)
+    view = memoryview(buffer)
+    crc = 0
+    digest = hashlib.blake2b(digest_size=16)
+    with open(path, "rb", buffering=0) as fh:
+        while True:
+            got = fh.readinto(buffer)
+            if not got:
+                break
+            if algorithm == "crc32":
+                crc = zlib.crc32(view[:got], crc)
+            else:
+                digest.update(view[:got])
+    return f"{crc:08x}" if algorithm == "crc32" else digest.hexdigest()
 
 
 def entry_checksum(entry: Mapping[str, Any]) -> tuple[str, str]:
@@ -326,12 +353,26 @@ def write_file(path: Path, payload: Payload) -> None:
     with open(path, "xb") as fh:  # "x": never write through a name that already exists
         if isinstance(payload, np.ndarray):
             np.save(fh, payload, allow_pickle=False)
+        elif isinstance(payload, StreamedArray):
+            _write_streamed(fh, payload, path)
         elif isinstance(payload, (bytes, bytearray, memoryview)):
             fh.write(payload)
         else:
             raise TypeError(f"a generation file is bytes or a numpy array, got {type(payload).__name__} for {path.name}")
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def _write_streamed(fh: Any, payload: StreamedArray, path: Path) -> None:
+    # the header np.save writes for a C-ordered 1-d array (format 1.0, padded to 64 bytes), then the pieces
+    np.lib.format.write_array_header_1_0(fh, {"descr": np.lib.format.dtype_to_descr(payload.dtype),
+                                              "fortran_order": False, "shape": (payload.length,)})
+    written = 0
+    for chunk in payload.chunks():
+        fh.write(chunk)
+        written += len(chunk)
+    if written != payload.length * payload.dtype.itemsize:
+        raise ValueError(f"{path.name}: {written} bytes streamed for {payload.length} items of {payload.dtype}")
 
 
 def link_or_copy(source: Path, target: Path) -> None:

@@ -8,22 +8,33 @@ A corpus directory (see :mod:`irflow.store.generations` for the atomic mechanics
       gen-000002/
         manifest.json         format, version, build id, counts, kinds, embedder
                               spec + dim, analyzer settings, files (bytes, crc32)
-        records.json          columnar JSON: {"id": [...], "artifact_id": [...],
-                              "surface_kind": [...], "surface_index": [...],
-                              "text": [...], "metadata": [...]}, row order
-        ledger.json           {artifact_id: [record ids in plan order]}
+        records.<col>.bytes.npy / records.<col>.offsets.npy
+                              id, artifact_id, text, metadata: each column's
+                              UTF-8 bytes end to end (uint8) + n+1 int64 offsets;
+                              metadata one JSON text per row, comma-terminated
+        records.kind_code.npy int32 index into the manifest's "kinds", per row
+        records.surface_index.npy  int64 plan-global surface index, per row
+        ledger.artifact.bytes.npy / .offsets.npy   artifacts in ledger order
+        ledger.offsets.npy    int64 CSR offsets of each artifact's rows
+        ledger.rows.npy       int64 rows in plan order (-1: an id the store lacks)
+        ledger.missing.json   the record ids of those -1 entries ([] normally)
         tombstones.npy        int64 deleted rows, ascending
         vectors.npy           float32 (rows, dim), L2-normalized (absent: lexical-only)
         vocab.json            BM25 terms in term-id order
         postings.<name>.npy   the Postings arrays (term_offsets, post_rows, ...)
 
-Records are columnar JSON so one ``json.loads`` reads them all (a JSON line per
-record costs a parser call each).  Arrays are ``np.save``d and reopened with
-``mmap_mode="r"`` and ``allow_pickle=False``.  Reading verifies sizes always
-and checksums unless ``verify=False``: every file on open, except the
-vectors, which are mapped and verified on first dense use (with the check
-of their norms: one pass, which a lexical-only use never pays); anything off
-raises ``CorpusError`` naming the file — a damaged corpus never answers.
+Format version 2.  Every record column is a flat array, so opening a
+million records does nothing per record: arrays are ``np.save``d and
+reopened with ``mmap_mode="r"`` and ``allow_pickle=False``, checked with a
+few vectorized passes (shapes, offsets, ranges), and a string or metadata
+mapping is decoded when first read; the id -> row and artifact -> ledger
+dicts are built on first lookup (:mod:`irflow.store.recordfiles`).  Version 1
+(``records.json``: columnar JSON; ``ledger.json``: artifact -> ids) is still
+read.  Reading verifies sizes always and checksums unless ``verify=False``:
+every file on open, except the vectors, which are mapped and verified on
+first dense use (with the check of their norms: one pass, which a
+lexical-only use never pays); anything off raises ``CorpusError`` naming the
+file — a damaged corpus never answers.
 
 >>> # save_corpus(root, ...) writes a generation; load_store(root) reads only
 >>> # the store files (no vectors, no postings) for sibling lookups.
@@ -32,11 +43,10 @@ raises ``CorpusError`` naming the file — a damaged corpus never answers.
 from __future__ import annotations
 
 import datetime as _dt
-import itertools
 import json
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, TypeVar
+from typing import Any, Callable, Mapping, TypeVar
 
 import attrs
 import numpy as np
@@ -44,6 +54,8 @@ import numpy as np
 from irflow.store import generations as gens
 from irflow.errors import AnalyzerError, CorpusError
 from irflow.kernels.postings import ARRAY_NAMES, Postings
+from irflow.store import recordfiles
+from irflow.store.recordfiles import all_of_type, load_array, load_json
 from irflow.store.record_store import CorpusStore
 from irflow.kernels.text import Analyzer
 
@@ -59,15 +71,15 @@ __all__ = [
 ]
 
 FORMAT_NAME = "irflow-corpus"
-FORMAT_VERSION = 1
-RECORDS_FILE = "records.json"
-LEDGER_FILE = "ledger.json"
+#: Written by this release; version 1 (records and ledger as JSON) is still read.
+FORMAT_VERSION = 2
+READ_VERSIONS = (1, 2)
 TOMBSTONES_FILE = "tombstones.npy"
 VECTORS_FILE = "vectors.npy"
 VOCAB_FILE = "vocab.json"
-#: What a store needs; sibling lookup by name reads (and verifies) only these.
-STORE_FILES: tuple[str, ...] = (RECORDS_FILE, LEDGER_FILE, TOMBSTONES_FILE)
-_RECORD_COLUMNS = ("id", "artifact_id", "surface_kind", "surface_index", "text", "metadata")
+#: What a store needs, by format version; sibling lookup by name reads (and verifies) only these.
+STORE_FILES: dict[int, tuple[str, ...]] = {1: (*recordfiles.V1_FILES, TOMBSTONES_FILE),
+                                           2: (*recordfiles.V2_FILES, TOMBSTONES_FILE)}
 
 T = TypeVar("T")
 
@@ -113,24 +125,6 @@ def _json_bytes(value: Any, what: str) -> bytes:
         ) from exc
 
 
-def _records_bytes(store: CorpusStore) -> bytes:
-    columns = {
-        "id": store.record_ids.tolist(),
-        "artifact_id": store.artifact_ids.tolist(),
-        "surface_kind": [store.kinds[c] for c in store.kind_codes.tolist()],
-        "surface_index": store.surface_indices.tolist(),
-        "text": list(store.texts),
-        "metadata": list(store.metadata),
-    }
-    try:
-        return json.dumps(columns, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    except (TypeError, ValueError):
-        pass
-    for row, meta in enumerate(store.metadata):  # find the culprit only on the error path
-        _json_bytes(meta, f"the metadata of record {store.record_ids[row]!r}")
-    raise CorpusError("cannot write the records as JSON")  # pragma: no cover - the loop raises
-
-
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -152,8 +146,7 @@ def save_corpus(
     root = Path(root)
     gens.check_writable_root(root)  # before locking, so a foreign directory gets no .lock file
     files: dict[str, gens.Payload] = {
-        RECORDS_FILE: _records_bytes(store),
-        LEDGER_FILE: _json_bytes({a: list(ids) for a, ids in store.ledger.items()}, "the ledger"),
+        **recordfiles.record_payloads(store),
         TOMBSTONES_FILE: store.deleted_rows,
         VOCAB_FILE: _json_bytes(postings.vocab_terms, "the BM25 vocabulary"),
     }
@@ -235,10 +228,11 @@ def _check_format(generation: gens.Generation) -> None:
             f"{generation.dir}/manifest.json: format {manifest.get('format')!r} is not {FORMAT_NAME!r}; "
             "this is not an irflow corpus — rebuild it with irflow.build(..., path=...)"
         )
-    if manifest.get("version") != FORMAT_VERSION:
+    if manifest.get("version") not in READ_VERSIONS or type(manifest.get("version")) is not int:
         raise CorpusError(
             f"{generation.dir}/manifest.json: corpus format version {manifest.get('version')!r} is unknown to this irflow "
-            f"(it reads version {FORMAT_VERSION}); rebuild the corpus with this irflow, or upgrade irflow"
+            f"(it reads versions {', '.join(map(str, READ_VERSIONS))}); rebuild the corpus with this irflow, or "
+            "upgrade irflow"
         )
     counts = manifest.get("counts")
     if not isinstance(counts, dict) or not _is_count(counts.get("rows")):
@@ -266,19 +260,6 @@ def _check_format(generation: gens.Generation) -> None:
     ):
         raise _bad_manifest(generation, f"unreadable embedder entry {str(info)[:200]} (expected spec, dim >= 1, "
                                         "description, source)")
-
-
-def _load_array(generation: gens.Generation, file: str, *, mmap: bool = True) -> np.ndarray:
-    path = generation.path(file)
-    try:
-        array = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise CorpusError(
-            f"{generation.dir}/{file} cannot be read as a numpy array ({exc}); the corpus is damaged — rebuild it"
-        ) from exc
-    # A plain ndarray view keeps the mapping alive but drops the memmap subclass,
-    # whose results would otherwise propagate the type into every computation.
-    return array.view(np.ndarray) if isinstance(array, np.memmap) else array
 
 
 def _map_vectors(generation: gens.Generation, *, verify: bool) -> tuple[np.ndarray, Callable[[], None] | None]:
@@ -320,21 +301,9 @@ def _map_vectors(generation: gens.Generation, *, verify: bool) -> tuple[np.ndarr
     return vectors, check
 
 
-def _load_json(generation: gens.Generation, file: str) -> Any:
-    # At most the size the manifest promises (verify_files checked it), from a regular file only.
-    try:
-        raw = gens.read_small_file(generation.path(file), int(generation.files[file]["bytes"]), root=generation.root)
-    except FileNotFoundError:
-        raise CorpusError(f"{generation.dir}/{file} is missing; the corpus is damaged — rebuild it") from None
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise CorpusError(f"{generation.dir}/{file} is not valid JSON ({exc}); the corpus is damaged — rebuild it") from None
-
-
 def _load_tombstones(generation: gens.Generation, *, verify: bool) -> np.ndarray:
     gens.verify_files(generation, [TOMBSTONES_FILE], checksums=verify)
-    rows = _load_array(generation, TOMBSTONES_FILE, mmap=False)
+    rows = load_array(generation, TOMBSTONES_FILE, mmap=False)
     if rows.ndim != 1 or rows.dtype.kind not in "iu":
         raise CorpusError(f"{generation.dir}/{TOMBSTONES_FILE} is not a 1-d integer array; the corpus is damaged — rebuild it")
     rows = rows.astype(np.int64)
@@ -345,57 +314,12 @@ def _load_tombstones(generation: gens.Generation, *, verify: bool) -> np.ndarray
     return rows
 
 
-def _all_of_type(values: Iterable[Any], kind: type) -> bool:
-    # exact types (JSON gives no subclasses; a bool is not an int here); map(type) runs in C
-    return set(map(type, values)) <= {kind}
-
-
-def _check_records(generation: gens.Generation, columns: Any, rows: int) -> None:
-    """Each record column holds *rows* values of its type: one pass per column, no per-record objects."""
-    where = f"{generation.dir}/{RECORDS_FILE}"
-    if not isinstance(columns, dict) or any(not isinstance(columns.get(c), list) or len(columns[c]) != rows
-                                            for c in _RECORD_COLUMNS):
-        raise CorpusError(f"{where} does not hold {rows} rows of {_RECORD_COLUMNS}; the corpus is damaged — rebuild it")
-    for column, kind in (("id", str), ("artifact_id", str), ("surface_kind", str), ("surface_index", int),
-                         ("text", str), ("metadata", dict)):
-        if not _all_of_type(columns[column], kind):
-            bad = next(i for i, v in enumerate(columns[column]) if type(v) is not kind)
-            raise CorpusError(f"{where}: column {column!r} holds a {type(columns[column][bad]).__name__} at row {bad}, "
-                              f"expected {kind.__name__}; the corpus is damaged — rebuild it")
-
-
-def _check_ledger(generation: gens.Generation, ledger: Any) -> None:
-    if (not isinstance(ledger, dict) or not _all_of_type(ledger.values(), list)
-            or not _all_of_type(itertools.chain.from_iterable(ledger.values()), str)):
-        raise CorpusError(f"{generation.dir}/{LEDGER_FILE} is not a mapping of artifact ids to lists of record ids; "
-                          "the corpus is damaged — rebuild it")
-
-
 def _store_from(generation: gens.Generation, *, verify: bool, name: str | None) -> CorpusStore:
-    gens.verify_files(generation, STORE_FILES, checksums=verify)
-    columns = _load_json(generation, RECORDS_FILE)
-    rows = generation.manifest["counts"]["rows"]
-    _check_records(generation, columns, rows)
-    ledger = _load_json(generation, LEDGER_FILE)
-    _check_ledger(generation, ledger)
-    deleted = _load_tombstones(generation, verify=verify)
-    try:
-        store = CorpusStore(
-            record_ids=columns["id"],
-            artifact_ids=columns["artifact_id"],
-            surface_kinds=columns["surface_kind"],
-            surface_indices=columns["surface_index"],
-            texts=columns["text"],
-            metadata=columns["metadata"],
-            ledger=ledger,
-            deleted_rows=deleted,
-            name=name,
-        )
-    except OverflowError:  # a surface_index beyond int64
-        raise CorpusError(f"{generation.dir}/{RECORDS_FILE}: a surface_index does not fit 64 bits; the corpus is "
-                          "damaged — rebuild it") from None
-    except CorpusError as exc:  # duplicate record ids
-        raise CorpusError(f"{generation.dir}/{RECORDS_FILE}: {exc}") from None
+    version = generation.manifest["version"]
+    gens.verify_files(generation, STORE_FILES[version], checksums=verify)
+    deleted = _load_tombstones(generation, verify=False)  # just verified
+    read = recordfiles.read_v2 if version == 2 else recordfiles.read_v1
+    store = read(generation, deleted, name)
     store.set_tombstone_writer(TombstoneWriter(generation))
     return store
 
@@ -439,9 +363,9 @@ def _corpus_from(generation: gens.Generation, *, verify: bool, name: str | None)
         gens.verify_files(generation, [mapped], checksums=False)  # its size now, its checksum on first use
     store = _store_from(generation, verify=False, name=name)  # just verified with everything else
     rows = store.n_rows
-    arrays = {n: _load_array(generation, _postings_file(n)) for n in manifest.get("postings_arrays", ARRAY_NAMES)}
-    vocab = _load_json(generation, VOCAB_FILE)
-    if not isinstance(vocab, list) or not _all_of_type(vocab, str):
+    arrays = {n: load_array(generation, _postings_file(n)) for n in manifest.get("postings_arrays", ARRAY_NAMES)}
+    vocab = load_json(generation, VOCAB_FILE)
+    if not isinstance(vocab, list) or not all_of_type(vocab, str):
         raise CorpusError(f"{generation.dir}/{VOCAB_FILE} is not a list of terms; the corpus is damaged — rebuild it")
     try:
         postings = Postings.from_arrays(vocab, arrays, n_rows=rows, label=_postings_file)

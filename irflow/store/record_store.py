@@ -15,13 +15,13 @@ leaves the ledger alone, which is exactly how a stale ledger arises.
 
 from __future__ import annotations
 
-import types
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import attrs
 import numpy as np
 
 from irflow.errors import CorpusError
+from irflow.store.columnar import JsonColumn, LedgerTable, StringColumn
 from irflow.store.protocol import Siblings
 from irflow.store.records import Record
 
@@ -108,6 +108,8 @@ class CorpusStore:
     constructed by users.  Lookups by id see live records only.
     """
 
+    _ledger: LedgerTable
+
     def __init__(
         self,
         *,
@@ -128,26 +130,77 @@ class CorpusStore:
             raise CorpusError(
                 f"store columns have different lengths ({n} ids, others {sorted(lengths)}); the corpus is damaged — rebuild it"
             )
-        self.name = name
-        self._record_ids = np.array(record_ids, dtype=object) if n else np.empty(0, dtype=object)
-        self._artifact_ids = np.array(artifact_ids, dtype=object) if n else np.empty(0, dtype=object)
+        ids = np.array(record_ids, dtype=object) if n else np.empty(0, dtype=object)
         # Kinds get small integer codes in order of first appearance, so masks are integer compares.
         kinds: dict[str, int] = {}
         codes = np.fromiter((kinds.setdefault(k, len(kinds)) for k in surface_kinds), dtype=np.int32, count=n)
-        self._kinds = tuple(kinds)
-        self._kind_codes = codes
-        self._surface_indices = np.asarray(surface_indices, dtype=np.int64).reshape(n)
-        self._texts = list(texts)
-        self._metadata = list(metadata)
-        self._row_of = {rid: row for row, rid in enumerate(record_ids)}
-        if len(self._row_of) != n:
-            raise CorpusError("the store holds duplicate record ids; the corpus is damaged — rebuild it")
-        self._ledger = types.MappingProxyType({a: tuple(ids) for a, ids in ledger.items()})
-        self._live = np.ones(n, dtype=bool)
+        self._setup(
+            name=name, record_ids=ids,
+            artifact_ids=np.array(artifact_ids, dtype=object) if n else np.empty(0, dtype=object),
+            kinds=tuple(kinds), kind_codes=codes,
+            surface_indices=np.asarray(surface_indices, dtype=np.int64).reshape(n),
+            texts=list(texts), metadata=list(metadata), deleted_rows=deleted_rows, tombstone_writer=tombstone_writer)
+        row_of = self._id_index()  # built now: the ledger's ids are resolved through it
+        self._ledger = LedgerTable.of(ledger, row_of, self.record_ids_of)
+
+    @classmethod
+    def from_columns(
+        cls,
+        *,
+        record_ids: StringColumn,
+        artifact_ids: StringColumn,
+        kinds: Sequence[str],
+        kind_codes: np.ndarray,
+        surface_indices: np.ndarray,
+        texts: StringColumn,
+        metadata: JsonColumn,
+        ledger: Callable[[Callable[[np.ndarray], np.ndarray]], LedgerTable],
+        deleted_rows: np.ndarray,
+        name: str | None = None,
+    ) -> "CorpusStore":
+        """A store over stored columns (:mod:`irflow.store.persist`), checked for shape, decoded only on demand.
+
+        Nothing per record happens here: ids, texts and metadata are decoded
+        when read, the id -> row dict is built on the first lookup by id.
+        ``ledger`` makes the ledger table given the store's ``record_ids_of``.
+        """
+        store = cls.__new__(cls)
+        store._setup(name=name, record_ids=record_ids, artifact_ids=artifact_ids, kinds=tuple(kinds),
+                     kind_codes=kind_codes, surface_indices=surface_indices, texts=texts, metadata=metadata,
+                     deleted_rows=deleted_rows, tombstone_writer=None)
+        store._ledger = ledger(store.record_ids_of)
+        return store
+
+    def _setup(self, *, name: str | None, record_ids: np.ndarray | StringColumn, artifact_ids: np.ndarray | StringColumn,
+               kinds: tuple[str, ...], kind_codes: np.ndarray, surface_indices: np.ndarray, texts: Sequence[str],
+               metadata: Sequence[Mapping[str, Any]], deleted_rows: np.ndarray | Sequence[int],
+               tombstone_writer: TombstoneWriter | None) -> None:
+        self.name = name
+        # ids and artifact ids: an object array, or a stored column decoded on demand
+        self._ids = record_ids
+        self._artifacts = artifact_ids
+        self._kinds = kinds
+        self._kind_codes = kind_codes
+        self._surface_indices = surface_indices
+        self._texts = texts
+        self._metadata = metadata
+        self._row_of: dict[str, int] | None = None
+        self._live = np.ones(len(record_ids), dtype=bool)
         self._apply_deleted(np.asarray(deleted_rows, dtype=np.int64))
         self._tombstone_writer = tombstone_writer
         #: Bumped by every delete, so derived caches (candidate masks) know to refresh.
         self.version = 0
+
+    def _id_index(self) -> dict[str, int]:
+        """record id -> row, built on first use (a stored corpus's open never pays it); duplicates are damage."""
+        if self._row_of is None:
+            ids = self.record_ids.tolist()
+            row_of = dict(zip(ids, range(len(ids))))
+            if len(row_of) != len(ids):
+                where = f"{self._ids.where}: " if isinstance(self._ids, StringColumn) else ""
+                raise CorpusError(f"{where}the store holds duplicate record ids; the corpus is damaged — rebuild it")
+            self._row_of = row_of
+        return self._row_of
 
     @classmethod
     def from_records(cls, records: Sequence[Record], *, name: str | None = None) -> "CorpusStore":
@@ -173,17 +226,29 @@ class CorpusStore:
     @property
     def n_rows(self) -> int:
         """Rows including deleted ones (row ids stay stable across deletes)."""
-        return len(self._record_ids)
+        return len(self._ids)
 
     @property
     def record_ids(self) -> np.ndarray:
-        """Record id per row (object array)."""
-        return _readonly(self._record_ids)
+        """Record id per row (object array; a stored column is decoded whole on first access)."""
+        ids = self._ids
+        return _readonly(ids.to_array() if isinstance(ids, StringColumn) else ids)
 
     @property
     def artifact_ids(self) -> np.ndarray:
-        """Artifact id per row (object array)."""
-        return _readonly(self._artifact_ids)
+        """Artifact id per row (object array; a stored column is decoded whole on first access)."""
+        artifacts = self._artifacts
+        return _readonly(artifacts.to_array() if isinstance(artifacts, StringColumn) else artifacts)
+
+    @property
+    def id_column(self) -> np.ndarray | StringColumn:
+        """Record id per row as held: an object array, or a stored column indexable without decoding it whole."""
+        return self._ids
+
+    @property
+    def artifact_column(self) -> np.ndarray | StringColumn:
+        """Artifact id per row as held (see :attr:`id_column`)."""
+        return self._artifacts
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -226,17 +291,17 @@ class CorpusStore:
         """The record at *row* (deleted rows included: rows are positions, not lookups). No vector: see Corpus.vectors."""
         row = int(row)
         return Record(
-            artifact_id=self._artifact_ids[row],
+            artifact_id=self._artifacts[row],
             surface_kind=self._kinds[self._kind_codes[row]],
             text=self._texts[row],
             metadata=self._metadata[row],
             surface_index=int(self._surface_indices[row]),
-            id=self._record_ids[row],
+            id=self._ids[row],
         )
 
     def row_of(self, record_id: str) -> int:
         """The row of a live record (KeyError naming the id when absent or deleted)."""
-        row = self._row_of.get(record_id)
+        row = self._id_index().get(record_id)
         if row is None:
             raise KeyError(f"record {record_id!r} is not in {self._label()}")
         if not self._live[row]:
@@ -251,7 +316,7 @@ class CorpusStore:
         return self.get(record_id)
 
     def __contains__(self, record_id: object) -> bool:
-        row = self._row_of.get(record_id) if isinstance(record_id, str) else None
+        row = self._id_index().get(record_id) if isinstance(record_id, str) else None
         return row is not None and bool(self._live[row])
 
     def __iter__(self) -> Iterator[Record]:
@@ -267,13 +332,30 @@ class CorpusStore:
 
     def record_ids_of(self, rows: Any) -> np.ndarray:
         """Record id of each row (object array)."""
-        found: np.ndarray = self._record_ids[_rows(rows)]
+        ids = self._ids
+        found: np.ndarray = ids.take(_rows(rows)) if isinstance(ids, StringColumn) else ids[_rows(rows)]
         return found
 
     def artifact_ids_of(self, rows: Any) -> np.ndarray:
         """Artifact id of each row (object array)."""
-        found: np.ndarray = self._artifact_ids[_rows(rows)]
+        artifacts = self._artifacts
+        found: np.ndarray = artifacts.take(_rows(rows)) if isinstance(artifacts, StringColumn) else artifacts[_rows(rows)]
         return found
+
+    def texts_of(self, rows: Any) -> list[str]:
+        """Text of each row."""
+        texts = self._texts
+        if isinstance(texts, StringColumn):
+            return texts.take_list(_rows(rows))
+        return [texts[row] for row in _rows(rows).tolist()]
+
+    def metadata_of(self, rows: Any) -> list[Mapping[str, Any]]:
+        """Metadata mapping of each row (treat as read-only)."""
+        metadata = self._metadata
+        if isinstance(metadata, JsonColumn):
+            found: list[Mapping[str, Any]] = metadata.take(_rows(rows))
+            return found
+        return [metadata[row] for row in _rows(rows).tolist()]
 
     def kind_codes_of(self, rows: Any) -> np.ndarray:
         """Surface kind code of each row (int32), indexing :attr:`kinds`."""
@@ -286,14 +368,25 @@ class CorpusStore:
         return found
 
     def records(self, rows: Any) -> list[Record]:
-        """The records of these rows, in order."""
-        return [self.record(row) for row in _rows(rows).tolist()]
+        """The records of these rows, in order (each column looked up once for the batch)."""
+        rows = _rows(rows)
+        kinds, codes = self._kinds, self._kind_codes[rows].tolist()
+        return [Record(artifact_id=artifact, surface_kind=kinds[code], text=text, metadata=metadata,
+                       surface_index=index, id=record_id)
+                for artifact, code, text, metadata, index, record_id in zip(
+                    self.artifact_ids_of(rows).tolist(), codes, self.texts_of(rows), self.metadata_of(rows),
+                    self._surface_indices[rows].tolist(), self.record_ids_of(rows).tolist())]
 
     # -- ledger ---------------------------------------------------------------------------
 
     @property
     def ledger(self) -> Mapping[str, tuple[str, ...]]:
         """Read-only artifact_id -> record ids in plan order, as written at build time."""
+        return self._ledger
+
+    @property
+    def ledger_table(self) -> LedgerTable:
+        """The ledger as arrays (what is stored)."""
         return self._ledger
 
     def artifacts(self) -> tuple[str, ...]:
@@ -303,24 +396,23 @@ class CorpusStore:
     def sibling_rows(self, artifact_ids: Sequence[str]) -> Siblings:
         """Each artifact's live rows in plan order, through the ledger (see :class:`~irflow.store.protocol.Siblings`).
 
-        Ledger ids are resolved, never re-derived; a deleted record is left
-        out silently, a listed id the store does not hold is reported as stale.
-        One dict lookup per listed record: the Python work is per artifact.
+        Ledger rows are read, never re-derived; a deleted record is left out
+        silently, a listed id the store does not hold is reported as stale.
+        The Python work is per artifact, the rows are numpy.
         """
         groups: list[np.ndarray] = []
         listed: list[bool] = []
         stale: list[tuple[str, str]] = []
         for artifact in artifact_ids:
-            record_ids = self._ledger.get(artifact)
-            listed.append(record_ids is not None)
-            found = []
-            for record_id in record_ids or ():
-                row = self._row_of.get(record_id)
-                if row is None:
-                    stale.append((artifact, record_id))
-                elif self._live[row]:
-                    found.append(row)
-            rows = np.asarray(found, dtype=np.int64)
+            found = self._ledger.entry(artifact)
+            listed.append(found is not None)
+            if found is None:
+                groups.append(np.empty(0, np.int64))
+                continue
+            rows, missing = found
+            stale.extend((artifact, record_id) for record_id in missing)
+            rows = rows[rows >= 0]
+            rows = rows[self._live[rows]]
             # the ledger is written in plan order; sorting keeps the promise for a hand-made one
             groups.append(rows[np.argsort(self._surface_indices[rows], kind="stable")])
         offsets = np.concatenate(([0], np.cumsum([g.size for g in groups], dtype=np.int64)))

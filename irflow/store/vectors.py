@@ -36,7 +36,8 @@ class VectorCheck:
     the manifest.  A failure is raised on every use; a success is remembered.
     """
 
-    def __init__(self, file: str, record_ids: np.ndarray, verify: Callable[[], None] | None = None) -> None:
+    def __init__(self, file: str, record_ids: Sequence[str] | np.ndarray,
+                 verify: Callable[[], None] | None = None) -> None:
         self.file = file
         self.record_ids = record_ids
         self.verify = verify
@@ -54,7 +55,7 @@ class VectorCheck:
                 self.done = True
 
 
-def check_unit_rows(vectors: np.ndarray, file: str, record_ids: np.ndarray | None = None) -> None:
+def check_unit_rows(vectors: np.ndarray, file: str, record_ids: Sequence[str] | np.ndarray | None = None) -> None:
     """Raise CorpusError naming *file* and the first bad row unless every row is finite and of unit (or zero) norm.
 
     One pass in blocks of ~16 MiB (no copy of the matrix): a NaN or inf makes
