@@ -74,12 +74,19 @@ GATHER_FRACTION_SINGLE = 0.2
 GATHER_FRACTION_SMALL_BATCH = 0.5
 GATHER_FRACTION_BATCH = 0.7
 
-#: Approximate scores per tile of a batch's product (queries x rows float32: 4 MB, one reused
-#: block; never the whole queries x rows matrix).  Long tiles make each query's maximum over
-#: the tile cheap (numpy's row reduction has a fixed cost per row).
+#: Approximate scores per tile of a batch's product (rows x queries float32: 1 MB, one reused
+#: block; never the whole rows x queries matrix).  1 MB stays in a core's L2 cache between the
+#: product that writes it and the pass that reads it back.
 TILE_SCORES = 1 << 20
 #: Rows per tile at least (a tile is one BLAS call; fewer calls for small batches).
 TILE_MIN_ROWS = 2048
+#: The pass over a tile reads it as rows of at least this many scores (a few matrix rows side
+#: by side): numpy's reductions cost a fixed time per inner row, so short rows (a batch of 8
+#: queries) would make the pass slower than the product.
+WIDE_SCORES = 1024
+#: Wide rows per block: the pass keeps one maximum per (block, column) and looks inside a block
+#: only where that maximum reaches the query's floor.
+ROW_BLOCK = 16
 #: Bytes of gathered rows per tile on the gather plan (a reused buffer).
 GATHER_BYTES = 16 << 20
 #: Kept (query, row) entries of a batch, at least, before the floors are raised from them.
@@ -242,20 +249,24 @@ def _windows(matrix: np.ndarray, queries: np.ndarray, norm_bound: float) -> np.n
 
 
 def _tiles(matrix: np.ndarray, mask: np.ndarray | None, kept: np.ndarray | None,
-           n_queries: int) -> Iterator[tuple[np.ndarray | int, np.ndarray, np.ndarray | None]]:
+           n_queries: int, unit: int = 1) -> Iterator[tuple[np.ndarray | int, np.ndarray, np.ndarray | None]]:
     """``(rows, tile, tile_mask)`` over the candidate rows, ascending.
 
     ``rows`` is the tile's row ids (gathered) or its first row (a slice of
     the matrix); ``tile_mask`` marks the tile's candidate rows (None: all).
+    Tiles hold a multiple of ``unit`` rows when they hold that many at all.
     """
     n, d = matrix.shape
     step = n if n_queries == 1 else max(TILE_MIN_ROWS, TILE_SCORES // n_queries)
+    if kept is not None:
+        step = max(1, min(step, GATHER_BYTES // max(1, d * matrix.itemsize)))
+    if step >= unit:
+        step -= step % unit
     if kept is None:
         for lo in range(0, n, step):
             hi = min(n, lo + step)
             yield lo, matrix[lo:hi], None if mask is None else mask[lo:hi]
         return
-    step = max(1, min(step, GATHER_BYTES // max(1, d * matrix.itemsize)))
     buffer = np.empty((min(step, kept.size), d), dtype=matrix.dtype)
     for lo in range(0, kept.size, step):
         rows = kept[lo:lo + step]
@@ -265,18 +276,18 @@ def _tiles(matrix: np.ndarray, mask: np.ndarray | None, kept: np.ndarray | None,
 
 
 def _kth_lower_bounds(scores: np.ndarray, k: int) -> np.ndarray:
-    """Per row of ``scores`` (q, t), a value at least ``k`` of its entries reach (t >= k).
+    """Per column of ``scores`` (t, q), a value at least ``k`` of its entries reach (t >= k).
 
     The k-th largest of block maxima: each of the k blocks with the largest
-    maxima holds one entry at least that high.  Block j holds columns j,
+    maxima holds one entry at least that high.  Block j holds rows j,
     j + b, j + 2b, ... so the maxima are elementwise maxima of contiguous
     slices (a reduction over a short inner axis is many times slower).
     """
-    q, t = scores.shape
+    t, q = scores.shape
     n_blocks = max(min(t // 16, 64 * k), k)
     size = t // n_blocks
-    maxima = scores[:, :n_blocks * size].reshape(q, size, n_blocks).max(axis=1)
-    return np.partition(maxima, n_blocks - k, axis=1)[:, n_blocks - k]
+    maxima = scores[:n_blocks * size].reshape(size, n_blocks * q).max(axis=0).reshape(n_blocks, q)
+    return np.partition(maxima, n_blocks - k, axis=0)[n_blocks - k]
 
 
 def _round_down(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -299,43 +310,67 @@ class _Candidates:
     ``floor[j]`` is a lower bound of query j's k-th best approximate score
     minus its window: nothing below it can make the top k.  The first tile
     sets it from block maxima; then it rises with the exact k-th best of the
-    entries kept so far, each time they pile up past a budget.  Once a
-    query's floor is set, most tiles hold nothing above it (the k best of
-    what came before are hard to beat), so a tile costs one pass — the
-    per-query maxima — plus a look at the few queries with a hit.
+    entries kept so far, each time they pile up past a budget.
+
+    A tile (rows x queries) costs one pass: it is read as wide rows of
+    ``group`` matrix rows side by side (``WIDE_SCORES`` scores at least),
+    and each block of ``ROW_BLOCK`` wide rows keeps its maximum per column.
+    Once the floors are set, few (block, column) maxima reach them (the k
+    best of what came before are hard to beat): only those blocks' columns
+    are read again, ``ROW_BLOCK`` scores each.
     """
 
     def __init__(self, n_queries: int, k: int, windows: np.ndarray, dtype: np.dtype) -> None:
         self.k, self.windows, self.dtype = k, windows, dtype
+        self.group = max(1, WIDE_SCORES // n_queries)  # matrix rows per wide row
+        self.unit = self.group * max(1, ROW_BLOCK)  # matrix rows per block (of wide rows)
         self.floor = np.full(n_queries, -np.inf)  # float64
-        self.cast = _round_down(self.floor, dtype)  # the floor in the scores' dtype, rounded down
+        self._raise_floor(self.floor)
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.size = 0
         self.budget = max(CANDIDATE_BUDGET, 4 * k * n_queries)
         self.seeded = False
+        self.block = max(1, ROW_BLOCK)  # wide rows per block
+        self.offsets = np.arange(self.block) * (self.group * n_queries)  # a block's wide rows, flat
 
     def _raise_floor(self, values: np.ndarray) -> None:
         np.fmax(self.floor, values - self.windows, out=self.floor)
-        self.cast = _round_down(self.floor, self.dtype)
+        self.cast = _round_down(self.floor, self.dtype)  # the floor in the scores' dtype, rounded down
+        self.wide = np.tile(self.cast, self.group)  # per column of a wide row
+
+    def _block_hits(self, flat: np.ndarray, n_rows: int, n_queries: int) -> tuple[np.ndarray, np.ndarray]:
+        """(flat positions, scores) at or above the floors in the first ``n_rows`` rows (a multiple of ``unit``)."""
+        width, block = self.group * n_queries, self.block
+        maxima = flat[:n_rows * n_queries].reshape(-1, block, width).max(axis=1)
+        if not self.seeded and maxima.size >= self.k * n_queries:
+            # the maxima of disjoint row sets: the k-th largest per query is reached by k rows
+            per_query = maxima.reshape(-1, n_queries)
+            self._raise_floor(np.partition(per_query, per_query.shape[0] - self.k, axis=0)[-self.k])
+            self.seeded = True
+        reach = np.flatnonzero(maxima >= self.wide)  # (block, column) pairs, block * width + column
+        # the block's first position: block * block_size * width + column; then one wide row apart
+        positions = (reach + reach // width * ((block - 1) * width))[:, None] + self.offsets
+        values = flat[positions]
+        hit = values >= self.cast[reach % n_queries, None]
+        return positions[hit], values[hit]
 
     def add(self, rows: np.ndarray | int, scores: np.ndarray) -> None:
-        """Keep the entries of one tile's ``scores`` (q, t) at or above the floors."""
-        n_queries, width = scores.shape
-        if not self.seeded and width >= self.k:
-            self._raise_floor(_kth_lower_bounds(scores, self.k))
-            self.seeded = True
-        live = np.flatnonzero(scores.max(axis=1) >= self.cast)
-        if live.size == 0:
+        """Keep the entries of one tile's ``scores`` (t, q), C-contiguous, at or above the floors."""
+        width, n_queries = scores.shape
+        flat = scores.reshape(-1)
+        blocked = width - width % self.unit
+        if blocked:
+            hits, values = self._block_hits(flat, blocked, n_queries)
+        if blocked < width:  # rows short of a block (a small tile, the last one): compared one by one
+            if not self.seeded and width >= self.k:
+                self._raise_floor(_kth_lower_bounds(scores, self.k))
+                self.seeded = True
+            tail = np.flatnonzero(scores[blocked:] >= self.cast) + blocked * n_queries
+            hits, values = (tail, flat[tail]) if not blocked else \
+                (np.concatenate((hits, tail)), np.concatenate((values, flat[tail])))
+        if hits.size == 0:
             return
-        if 4 * live.size >= n_queries:  # many queries hit: one comparison over the tile
-            hits = np.flatnonzero(scores >= self.cast[:, None])
-            query, position = np.divmod(hits, width)
-            values = scores.ravel()[hits]
-        else:  # a few queries: their rows only
-            some = scores[live]
-            hits = np.flatnonzero(some >= self.cast[live, None])
-            index, position = np.divmod(hits, width)
-            query, values = live[index], some.ravel()[hits]
+        position, query = np.divmod(hits, n_queries)
         row = position + rows if isinstance(rows, int) else rows[position]
         self.parts.append((query, row.astype(np.int64, copy=False), values))
         self.size += hits.size
@@ -354,7 +389,8 @@ class _Candidates:
         counts = np.bincount(query, minlength=n_queries)
         width = int(counts.max(initial=0))
         if width >= self.k:
-            order = np.argsort(query, kind="stable")
+            # (a 16-bit key sorts by radix, in linear time)
+            order = np.argsort(query.astype(np.uint16) if n_queries <= 1 << 16 else query, kind="stable")
             starts = np.zeros(n_queries + 1, dtype=np.int64)
             np.cumsum(counts, out=starts[1:])
             grouped = score[order]
@@ -400,7 +436,7 @@ def _one_query_candidates(matrix: np.ndarray, query: np.ndarray, mask: np.ndarra
         if tile_mask is not None:
             np.copyto(scores, -np.inf, where=~tile_mask)
         if scores.size > 4096:  # a lower bound of the k-th best first: one pass, no partition
-            floor = max(floor, float(_kth_lower_bounds(scores[None, :], k)[0]) - window)
+            floor = max(floor, float(_kth_lower_bounds(scores[:, None], k)[0]) - window)
             hits = np.flatnonzero(scores >= _round_down_scalar(floor, scores.dtype))
             rows_parts.append(hits + rows if isinstance(rows, int) else rows[hits])
             score_parts.append(scores[hits])
@@ -423,15 +459,14 @@ def _candidates(matrix: np.ndarray, queries: np.ndarray, mask: np.ndarray | None
         single = _one_query_candidates(matrix, queries[0], mask, kept, k, float(windows[0]))
         return np.zeros(single.size, dtype=np.intp), single
     found = _Candidates(n_queries, k, windows, matrix.dtype)
-    buffer: np.ndarray | None = None  # one (queries, rows) block reused by every full tile
-    for rows, tile, tile_mask in _tiles(matrix, mask, kept, n_queries):
+    buffer: np.ndarray | None = None  # one (rows, queries) block reused by every tile
+    for rows, tile, tile_mask in _tiles(matrix, mask, kept, n_queries, found.unit):
         if buffer is None:
-            buffer = np.empty((n_queries, tile.shape[0]), dtype=np.result_type(queries, tile))
-        # (queries, rows): each query's scores contiguous, so its maximum is a fast reduction
-        scores: np.ndarray = np.matmul(queries, tile.T, out=buffer) if tile.shape[0] == buffer.shape[1] \
-            else queries @ tile.T
+            buffer = np.empty((tile.shape[0], n_queries), dtype=np.result_type(queries, tile))
+        # (rows, queries): the layout OpenBLAS's sgemm kernels (SkylakeX above all) write fastest
+        scores: np.ndarray = np.matmul(tile, queries.T, out=buffer[:tile.shape[0]])
         if tile_mask is not None:
-            np.copyto(scores, -np.inf, where=~tile_mask[None, :])
+            scores[~tile_mask] = -np.inf
         found.add(rows, scores)
     return found.compact()
 
