@@ -163,13 +163,14 @@ def exact_scores(matrix: np.ndarray, queries: np.ndarray, query_index: np.ndarra
     query_index = np.asarray(query_index, dtype=np.intp)
     out = np.empty(rows.size, dtype=np.float64)
     # (the chunk bounds cache use; the bits do not depend on them: each pair is summed alone)
-    d = matrix.shape[1]
-    for lo in range(0, rows.size, EXACT_CHUNK):
-        hi = min(rows.size, lo + EXACT_CHUNK)
-        vectors = np.take(matrix, rows[lo:hi], axis=0, mode="clip")
+    d, chunk = matrix.shape[1], max(1, min(EXACT_CHUNK, rows.size))
+    buffers = np.empty((d, chunk)), np.empty((chunk, d), matrix.dtype), np.empty((chunk, d), queries.dtype)
+    for lo in range(0, rows.size, chunk):
+        hi = min(rows.size, lo + chunk)
+        vectors = np.take(matrix, rows[lo:hi], axis=0, mode="clip", out=buffers[1][:hi - lo])
         these = queries[0][:, None] if queries.shape[0] == 1 else \
-            np.take(queries, query_index[lo:hi], axis=0, mode="clip").T
-        products = np.multiply(vectors.T, these, out=np.empty((d, hi - lo)), dtype=np.float64)
+            np.take(queries, query_index[lo:hi], axis=0, mode="clip", out=buffers[2][:hi - lo]).T
+        products = np.multiply(vectors.T, these, out=buffers[0][:, :hi - lo], dtype=np.float64)
         out[lo:hi] = _fold_sum(products)
     out += 0.0  # -0.0 (every product -0.0) becomes 0.0
     return out
@@ -332,6 +333,8 @@ class _Candidates:
         self.seeded = False
         self.block = max(1, ROW_BLOCK)  # wide rows per block
         self.offsets = np.arange(self.block) * (self.group * n_queries)  # a block's wide rows, flat
+        self._maxima = np.empty((0, self.group * n_queries), dtype=dtype)
+        self._reach = np.empty((0, self.group * n_queries), dtype=np.bool_)
 
     def _raise_floor(self, values: np.ndarray) -> None:
         np.fmax(self.floor, values - self.windows, out=self.floor)
@@ -341,13 +344,18 @@ class _Candidates:
     def _block_hits(self, flat: np.ndarray, n_rows: int, n_queries: int) -> tuple[np.ndarray, np.ndarray]:
         """(flat positions, scores) at or above the floors in the first ``n_rows`` rows (a multiple of ``unit``)."""
         width, block = self.group * n_queries, self.block
-        maxima = flat[:n_rows * n_queries].reshape(-1, block, width).max(axis=1)
+        blocks = flat[:n_rows * n_queries].reshape(-1, block, width)
+        if self._maxima.shape[0] < blocks.shape[0]:  # reused by every full tile (no page faults per tile)
+            self._maxima = np.empty((blocks.shape[0], width), dtype=flat.dtype)
+            self._reach = np.empty((blocks.shape[0], width), dtype=np.bool_)
+        maxima = np.maximum.reduce(blocks, axis=1, out=self._maxima[:blocks.shape[0]])
         if not self.seeded and maxima.size >= self.k * n_queries:
             # the maxima of disjoint row sets: the k-th largest per query is reached by k rows
             per_query = maxima.reshape(-1, n_queries)
             self._raise_floor(np.partition(per_query, per_query.shape[0] - self.k, axis=0)[-self.k])
             self.seeded = True
-        reach = np.flatnonzero(maxima >= self.wide)  # (block, column) pairs, block * width + column
+        reach = np.flatnonzero(np.greater_equal(maxima, self.wide, out=self._reach[:blocks.shape[0]]))
+        # (reach: block * width + column)
         # the block's first position: block * block_size * width + column; then one wide row apart
         positions = (reach + reach // width * ((block - 1) * width))[:, None] + self.offsets
         values = flat[positions]
