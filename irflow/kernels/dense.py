@@ -74,9 +74,9 @@ GATHER_FRACTION_SINGLE = 0.2
 GATHER_FRACTION_SMALL_BATCH = 0.5
 GATHER_FRACTION_BATCH = 0.7
 
-#: Approximate scores per tile of a batch's product (rows x queries float32: 1 MB, one reused
-#: block; never the whole rows x queries matrix).  1 MB stays in a core's L2 cache between the
-#: product that writes it and the pass that reads it back.
+#: Approximate scores per tile of a batch's product (rows x queries float32: 4 MB, one reused
+#: block; never the whole rows x queries matrix).  A tile costs ~20 numpy calls besides its one
+#: pass over the scores; 1 MB tiles (in a core's L2) measured no faster: the calls outweighed it.
 TILE_SCORES = 1 << 20
 #: Rows per tile at least (a tile is one BLAS call; fewer calls for small batches).
 TILE_MIN_ROWS = 2048
@@ -288,7 +288,8 @@ def _kth_lower_bounds(scores: np.ndarray, k: int) -> np.ndarray:
     n_blocks = max(min(t // 16, 64 * k), k)
     size = t // n_blocks
     maxima = scores[:n_blocks * size].reshape(size, n_blocks * q).max(axis=0).reshape(n_blocks, q)
-    return np.partition(maxima, n_blocks - k, axis=0)[n_blocks - k]
+    bounds: np.ndarray = np.partition(maxima, n_blocks - k, axis=0)[n_blocks - k]
+    return bounds
 
 
 def _round_down(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -324,14 +325,14 @@ class _Candidates:
     def __init__(self, n_queries: int, k: int, windows: np.ndarray, dtype: np.dtype) -> None:
         self.k, self.windows, self.dtype = k, windows, dtype
         self.group = max(1, WIDE_SCORES // n_queries)  # matrix rows per wide row
-        self.unit = self.group * max(1, ROW_BLOCK)  # matrix rows per block (of wide rows)
+        self.block = max(1, ROW_BLOCK)  # wide rows per block
+        self.unit = self.group * self.block  # matrix rows per block
         self.floor = np.full(n_queries, -np.inf)  # float64
         self._raise_floor(self.floor)
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.size = 0
         self.budget = max(CANDIDATE_BUDGET, 4 * k * n_queries)
         self.seeded = False
-        self.block = max(1, ROW_BLOCK)  # wide rows per block
         self.offsets = np.arange(self.block) * (self.group * n_queries)  # a block's wide rows, flat
         self._maxima = np.empty((0, self.group * n_queries), dtype=dtype)
         self._reach = np.empty((0, self.group * n_queries), dtype=np.bool_)
@@ -349,28 +350,38 @@ class _Candidates:
             self._maxima = np.empty((blocks.shape[0], width), dtype=flat.dtype)
             self._reach = np.empty((blocks.shape[0], width), dtype=np.bool_)
         maxima = np.maximum.reduce(blocks, axis=1, out=self._maxima[:blocks.shape[0]])
-        if not self.seeded and maxima.size >= self.k * n_queries:
-            # the maxima of disjoint row sets: the k-th largest per query is reached by k rows
-            per_query = maxima.reshape(-1, n_queries)
-            self._raise_floor(np.partition(per_query, per_query.shape[0] - self.k, axis=0)[-self.k])
-            self.seeded = True
+        if not self.seeded:
+            self._seed(maxima.reshape(-1, self.group, n_queries))
+        # (block, column) pairs whose maximum reaches the floor, as block * width + column
         reach = np.flatnonzero(np.greater_equal(maxima, self.wide, out=self._reach[:blocks.shape[0]]))
-        # (reach: block * width + column)
-        # the block's first position: block * block_size * width + column; then one wide row apart
+        # their scores: from block * block_rows * width + column, one wide row (width) apart
         positions = (reach + reach // width * ((block - 1) * width))[:, None] + self.offsets
         values = flat[positions]
         hit = values >= self.cast[reach % n_queries, None]
         return positions[hit], values[hit]
 
+    def _seed(self, maxima: np.ndarray) -> None:
+        """The first floors, from a tile's (block, group position, query) maxima.
+
+        Maxima of disjoint row sets: the k-th largest per query is reached by
+        k rows.  Whole blocks (``unit`` rows) when there are k of them: fewer
+        values to partition, and the k best rows of a tile seldom share one.
+        """
+        per_block = maxima.max(axis=1) if maxima.shape[0] >= self.k else maxima.reshape(-1, maxima.shape[2])
+        if per_block.shape[0] >= self.k:
+            per_query = np.ascontiguousarray(per_block.T)  # (a partition along contiguous rows)
+            self._raise_floor(np.partition(per_query, per_query.shape[1] - self.k, axis=1)[:, -self.k])
+            self.seeded = True
+
     def add(self, rows: np.ndarray | int, scores: np.ndarray) -> None:
         """Keep the entries of one tile's ``scores`` (t, q), C-contiguous, at or above the floors."""
-        width, n_queries = scores.shape
+        n_rows, n_queries = scores.shape
         flat = scores.reshape(-1)
-        blocked = width - width % self.unit
+        blocked = n_rows - n_rows % self.unit
         if blocked:
             hits, values = self._block_hits(flat, blocked, n_queries)
-        if blocked < width:  # rows short of a block (a small tile, the last one): compared one by one
-            if not self.seeded and width >= self.k:
+        if blocked < n_rows:  # rows short of a block (a small tile, the last one): compared one by one
+            if not self.seeded and n_rows >= self.k:
                 self._raise_floor(_kth_lower_bounds(scores, self.k))
                 self.seeded = True
             tail = np.flatnonzero(scores[blocked:] >= self.cast) + blocked * n_queries
