@@ -159,11 +159,12 @@ def test_gather_thresholds_grow_with_the_batch() -> None:
 
 
 @contextlib.contextmanager
-def tiling(rows: int, budget: int) -> Iterator[None]:
-    """Tiles of ``rows`` rows and a candidate budget of ``budget`` entries (the floors rise often)."""
-    names = ("TILE_SCORES", "TILE_MIN_ROWS", "CANDIDATE_BUDGET")
+def tiling(rows: int, budget: int, wide: int = 1024, block: int = 16) -> Iterator[None]:
+    """Tiles of ``rows`` rows, a candidate budget of ``budget`` entries (the floors rise often),
+    wide rows of ``wide`` scores and blocks of ``block`` wide rows in the pass over a tile."""
+    names = ("TILE_SCORES", "TILE_MIN_ROWS", "CANDIDATE_BUDGET", "WIDE_SCORES", "ROW_BLOCK")
     saved = [getattr(dense_module, name) for name in names]
-    for name, value in zip(names, (rows, rows, budget)):
+    for name, value in zip(names, (rows, rows, budget, wide, block)):
         setattr(dense_module, name, value)
     try:
         yield
@@ -172,14 +173,17 @@ def tiling(rows: int, budget: int) -> Iterator[None]:
             setattr(dense_module, name, value)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), tile=st.sampled_from([1, 3, 16, 100, 1 << 20]),
        budget=st.sampled_from([1, 50, 1 << 12]), q=st.sampled_from([2, 9, 40]), k=st.sampled_from([1, 5, 30]),
-       keep=st.sampled_from([None, 0.05, 0.5, 1.0]), ties=st.booleans(), plan_name=st.sampled_from(["gather", "after"]))
+       keep=st.sampled_from([None, 0.05, 0.5, 1.0]), ties=st.booleans(), plan_name=st.sampled_from(["gather", "after"]),
+       wide=st.sampled_from([1, 10, 1024]), block=st.sampled_from([1, 3, 16]))
 def test_tiled_batches_give_the_rows_and_bits_of_single_queries(seed: int, tile: int, budget: int, q: int, k: int,
-                                                                 keep: float | None, ties: bool, plan_name: str) -> None:
+                                                                 keep: float | None, ties: bool, plan_name: str,
+                                                                 wide: int, block: int) -> None:
     # many tiles (k larger than a tile too), floors raised mid-stream, queries with and without hits in
-    # a tile: every query gets the rows and score bits it gets alone with the default tiles, which are
+    # a tile, tiles read by blocks (of one or several matrix rows side by side) and rows short of a
+    # block: every query gets the rows and score bits it gets alone with the default tiles, which are
     # the exact top k (rows by score desc, then row asc)
     rng = np.random.default_rng(seed)
     n, d = 600, 24
@@ -192,7 +196,7 @@ def test_tiled_batches_give_the_rows_and_bits_of_single_queries(seed: int, tile:
     queries[::3] = matrix[rng.integers(0, n, len(queries[::3]))]
     mask = None if keep is None else rng.random(n) < keep
     alone = [dense_topk(matrix, queries[i], mask, k).per_query(0) for i in range(q)]
-    with plan(plan_name), tiling(tile, budget):
+    with plan(plan_name), tiling(tile, budget, wide, block):
         top = dense_topk(matrix, queries, mask, k)
     for i in range(q):
         rows, scores = top.per_query(i)

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from irflow.kernels import dense
+from irflow.kernels import dense, dense_exact
 from irflow.kernels.bm25 import (BM25Params, BM25Stats, PartialStats, bm25_topk, combine_stats, mean_okapi_idf,
                          partial_stats)
 from irflow.kernels.dense import dense_topk, exact_scores
@@ -49,15 +49,16 @@ def dense_settings(plan: str, tile_rows: int, gather_bytes: int, chunk: int) -> 
     """Force a plan and small tiles, so few rows already cross tile and chunk boundaries."""
     names = ("GATHER_FRACTION_SINGLE", "GATHER_FRACTION_SMALL_BATCH", "GATHER_FRACTION_BATCH",
              "TILE_SCORES", "TILE_MIN_ROWS", "GATHER_BYTES", "EXACT_CHUNK")
-    saved = [getattr(dense, name) for name in names]
+    modules = [dense] * 6 + [dense_exact]  # the exact step's chunks live beside its fold
+    saved = [getattr(module, name) for module, name in zip(modules, names)]
     fraction = {"gather": [1.0] * 3, "after": [0.0] * 3, "default": saved[:3]}[plan]
-    for name, value in zip(names, [*fraction, tile_rows, tile_rows, gather_bytes, chunk]):
-        setattr(dense, name, value)
+    for module, name, value in zip(modules, names, [*fraction, tile_rows, tile_rows, gather_bytes, chunk]):
+        setattr(module, name, value)
     try:
         yield
     finally:
-        for name, value in zip(names, saved):
-            setattr(dense, name, value)
+        for module, name, value in zip(modules, names, saved):
+            setattr(module, name, value)
 
 
 def answers(top: dense.TopK, batch: Sequence[int]) -> dict[int, tuple[list[int], bytes]]:

@@ -21,10 +21,10 @@ the work is split in two steps, each doing what it is good at:
    ``gamma_d = d u / (1 - d u)`` (u = 2**-24 for float32).  Every row whose
    approximate score is within twice that bound of the k-th best stays a
    candidate: a row left out scores, exactly, strictly below k others.
-2. **Score exactly.**  The candidates (about k per query) get their score
-   from plain numpy: the products of the float32 components in float64
-   (exact: two 24-bit significands fit in 53 bits), summed by a fixed
-   pairwise fold over the dimension.  Elementwise IEEE arithmetic, no BLAS:
+2. **Score exactly** (``irflow.kernels.dense_exact``).  The candidates
+   (about k per query) get their score from plain numpy: the products of
+   the float32 components in float64 (exact: two 24-bit significands fit
+   in 53 bits), summed by a fixed pairwise fold over the dimension.  Elementwise IEEE arithmetic, no BLAS:
    the bits depend on the two vectors only, on any machine.
 
 Then the top k by (score desc, row asc).  The scores are float64 cosines
@@ -55,15 +55,13 @@ Example::
 
 from __future__ import annotations
 
-import functools
 import math
-import threading
-import weakref
-from typing import Any, Iterator
+from typing import Iterator
 
 import numpy as np
 
 from irflow.errors import EmbedderError, IrflowError
+from irflow.kernels.dense_exact import exact_scores, row_norm_bound, score_windows
 from irflow.kernels.topk import TopK
 
 __all__ = ["dense_topk", "exact_scores", "gather_fraction", "row_norm_bound"]
@@ -74,20 +72,23 @@ GATHER_FRACTION_SINGLE = 0.2
 GATHER_FRACTION_SMALL_BATCH = 0.5
 GATHER_FRACTION_BATCH = 0.7
 
-#: Approximate scores per tile of a batch's product (queries x rows float32: 4 MB, one reused
-#: block; never the whole queries x rows matrix).  Long tiles make each query's maximum over
-#: the tile cheap (numpy's row reduction has a fixed cost per row).
+#: Approximate scores per tile of a batch's product (rows x queries float32: 4 MB, one reused
+#: block; never the whole rows x queries matrix).  A tile costs ~20 numpy calls besides its one
+#: pass over the scores; 1 MB tiles (in a core's L2) measured no faster: the calls outweighed it.
 TILE_SCORES = 1 << 20
 #: Rows per tile at least (a tile is one BLAS call; fewer calls for small batches).
 TILE_MIN_ROWS = 2048
+#: The pass over a tile reads it as rows of at least this many scores (a few matrix rows side
+#: by side): numpy's reductions cost a fixed time per inner row, so short rows (a batch of 8
+#: queries) would make the pass slower than the product.
+WIDE_SCORES = 1024
+#: Wide rows per block: the pass keeps one maximum per (block, column) and looks inside a block
+#: only where that maximum reaches the query's floor.
+ROW_BLOCK = 16
 #: Bytes of gathered rows per tile on the gather plan (a reused buffer).
 GATHER_BYTES = 16 << 20
 #: Kept (query, row) entries of a batch, at least, before the floors are raised from them.
 CANDIDATE_BUDGET = 1 << 12
-#: (query, row) pairs scored exactly per chunk (float64 products: 64 x d x 8 bytes, cache-sized).
-EXACT_CHUNK = 64
-#: Absolute slack of the error bound: covers gradual underflow (d * 2**-149 per product).
-_ABS_SLACK = 1e-30
 
 
 def gather_fraction(n_queries: int) -> float:
@@ -119,143 +120,28 @@ def _as_queries(queries: np.ndarray, matrix: np.ndarray) -> np.ndarray:
     return queries
 
 
-# -- the exact score ------------------------------------------------------------------
-
-
-def _fold_sum(products: np.ndarray) -> np.ndarray:
-    """Column sums of ``products`` (d, c) float64, modified in place, in a fixed pairwise order.
-
-    Height h folds onto its first ceil(h/2) rows until one is left: the
-    order depends on d only, never on the number of columns or on the CPU's
-    vector width (numpy's elementwise add rounds each element alone).  The
-    (d, c) layout makes every fold one contiguous block.
-    """
-    height = products.shape[0]
-    if height == 0:
-        return np.zeros(products.shape[1])
-    while height > 1:
-        half = (height + 1) // 2
-        np.add(products[:height - half], products[half:height], out=products[:height - half])
-        height = half
-    total: np.ndarray = products[0]
-    return total
-
-
-def exact_scores(matrix: np.ndarray, queries: np.ndarray, query_index: np.ndarray,
-                 rows: np.ndarray) -> np.ndarray:
-    """The score of each (``queries[query_index[i]]``, ``matrix[rows[i]]``) pair, float64.
-
-    Products in float64 (exact for float32 vectors), summed by a fixed
-    pairwise fold; no BLAS, so the result depends on the two vectors only.
-
-    >>> m = np.array([[0.5, 0.25], [1.0, 0.0]], np.float32)
-    >>> exact_scores(m, np.array([[2.0, 4.0]], np.float32), np.array([0, 0]), np.array([0, 1])).tolist()
-    [2.0, 2.0]
-    """
-    rows = np.asarray(rows, dtype=np.intp)
-    query_index = np.asarray(query_index, dtype=np.intp)
-    out = np.empty(rows.size, dtype=np.float64)
-    # (the chunk bounds cache use; the bits do not depend on them: each pair is summed alone)
-    d = matrix.shape[1]
-    for lo in range(0, rows.size, EXACT_CHUNK):
-        hi = min(rows.size, lo + EXACT_CHUNK)
-        vectors = np.take(matrix, rows[lo:hi], axis=0, mode="clip")
-        these = queries[0][:, None] if queries.shape[0] == 1 else \
-            np.take(queries, query_index[lo:hi], axis=0, mode="clip").T
-        products = np.multiply(vectors.T, these, out=np.empty((d, hi - lo)), dtype=np.float64)
-        out[lo:hi] = _fold_sum(products)
-    out += 0.0  # -0.0 (every product -0.0) becomes 0.0
-    return out
-
-
-# -- the error bound ------------------------------------------------------------------
-
-_norms_lock = threading.Lock()
-_norms: dict[int, tuple[weakref.ref[np.ndarray], tuple[Any, ...], float]] = {}
-
-
-def _compute_norm_bound(matrix: np.ndarray) -> float:
-    """The largest row norm, rounded up: one pass (sums of squares in the matrix's dtype)."""
-    largest = 0.0
-    for lo in range(0, matrix.shape[0], 65536):
-        block = matrix[lo:lo + 65536]
-        if block.size:
-            largest = max(largest, float(np.einsum("ij,ij->i", block, block).max()))
-    # a float sum of d squares is at most gamma_d below the true sum (any order)
-    u = float(np.finfo(matrix.dtype).eps) / 2
-    d = matrix.shape[1]
-    return math.sqrt(largest / (1 - d * u / (1 - d * u))) * (1 + 1e-6)
-
-
-def row_norm_bound(matrix: np.ndarray) -> float:
-    """An upper bound of the L2 norms of ``matrix``'s rows.
-
-    Cached by identity for a read-only array (a corpus's vectors, a
-    memory-mapped file), computed on every call for a writeable one, which
-    could have changed since.
-
-    >>> row_norm_bound(np.array([[3.0, 4.0], [1.0, 0.0]])) >= 5.0
-    True
-    """
-    if matrix.flags.writeable:
-        return _compute_norm_bound(matrix)
-    key = (matrix.__array_interface__["data"][0], matrix.shape, matrix.strides, matrix.dtype.str)
-    with _norms_lock:
-        entry = _norms.get(id(matrix))
-        if entry is not None and entry[0]() is matrix and entry[1] == key:
-            return entry[2]
-    bound = _compute_norm_bound(matrix)
-    ident = id(matrix)
-
-    def forget(_ref: weakref.ref[np.ndarray]) -> None:
-        with _norms_lock:
-            if _norms.get(ident, (None,))[0] is _ref:
-                del _norms[ident]
-
-    with _norms_lock:
-        _norms[ident] = (weakref.ref(matrix, forget), key, bound)
-    return bound
-
-
-@functools.lru_cache(maxsize=64)
-def _relative_error(dtype: np.dtype, d: int) -> float:
-    """Bound on |BLAS score - exact score| / (|row| |query|) for d dimensions of ``dtype``."""
-    u = float(np.finfo(dtype).eps) / 2
-    u64 = 2.0 ** -53
-    depth = max(1, math.ceil(math.log2(max(d, 1)))) + 1  # the fold's additions plus the product
-
-    def gamma(n: int, unit: float) -> float:
-        # beyond n * u >= 1/2 (float16 with thousands of dimensions) no useful bound: every row is a candidate
-        return n * unit / (1 - n * unit) if n * unit < 0.5 else math.inf
-
-    return (gamma(d, u) + gamma(depth, u64)) * (1 + 1e-6)
-
-
-def _windows(matrix: np.ndarray, queries: np.ndarray, norm_bound: float) -> np.ndarray:
-    """Per query: twice the largest gap between an approximate (BLAS) score and the exact one."""
-    q_norms = np.sqrt(np.einsum("ij,ij->i", queries, queries, dtype=np.float64)) * (1 + 1e-6)
-    windows: np.ndarray = 2 * (_relative_error(matrix.dtype, matrix.shape[1]) * norm_bound * q_norms + _ABS_SLACK)
-    return windows
-
-
 # -- step 1: candidates from the BLAS products -----------------------------------------
 
 
 def _tiles(matrix: np.ndarray, mask: np.ndarray | None, kept: np.ndarray | None,
-           n_queries: int) -> Iterator[tuple[np.ndarray | int, np.ndarray, np.ndarray | None]]:
+           n_queries: int, unit: int = 1) -> Iterator[tuple[np.ndarray | int, np.ndarray, np.ndarray | None]]:
     """``(rows, tile, tile_mask)`` over the candidate rows, ascending.
 
     ``rows`` is the tile's row ids (gathered) or its first row (a slice of
     the matrix); ``tile_mask`` marks the tile's candidate rows (None: all).
+    Tiles hold a multiple of ``unit`` rows when they hold that many at all.
     """
     n, d = matrix.shape
     step = n if n_queries == 1 else max(TILE_MIN_ROWS, TILE_SCORES // n_queries)
+    if kept is not None:
+        step = max(1, min(step, GATHER_BYTES // max(1, d * matrix.itemsize)))
+    if step >= unit:
+        step -= step % unit
     if kept is None:
         for lo in range(0, n, step):
             hi = min(n, lo + step)
             yield lo, matrix[lo:hi], None if mask is None else mask[lo:hi]
         return
-    step = max(1, min(step, GATHER_BYTES // max(1, d * matrix.itemsize)))
     buffer = np.empty((min(step, kept.size), d), dtype=matrix.dtype)
     for lo in range(0, kept.size, step):
         rows = kept[lo:lo + step]
@@ -265,18 +151,19 @@ def _tiles(matrix: np.ndarray, mask: np.ndarray | None, kept: np.ndarray | None,
 
 
 def _kth_lower_bounds(scores: np.ndarray, k: int) -> np.ndarray:
-    """Per row of ``scores`` (q, t), a value at least ``k`` of its entries reach (t >= k).
+    """Per column of ``scores`` (t, q), a value at least ``k`` of its entries reach (t >= k).
 
     The k-th largest of block maxima: each of the k blocks with the largest
-    maxima holds one entry at least that high.  Block j holds columns j,
+    maxima holds one entry at least that high.  Block j holds rows j,
     j + b, j + 2b, ... so the maxima are elementwise maxima of contiguous
     slices (a reduction over a short inner axis is many times slower).
     """
-    q, t = scores.shape
+    t, q = scores.shape
     n_blocks = max(min(t // 16, 64 * k), k)
     size = t // n_blocks
-    maxima = scores[:, :n_blocks * size].reshape(q, size, n_blocks).max(axis=1)
-    return np.partition(maxima, n_blocks - k, axis=1)[:, n_blocks - k]
+    maxima = scores[:n_blocks * size].reshape(size, n_blocks * q).max(axis=0).reshape(n_blocks, q)
+    bounds: np.ndarray = np.partition(maxima, n_blocks - k, axis=0)[n_blocks - k]
+    return bounds
 
 
 def _round_down(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -299,43 +186,84 @@ class _Candidates:
     ``floor[j]`` is a lower bound of query j's k-th best approximate score
     minus its window: nothing below it can make the top k.  The first tile
     sets it from block maxima; then it rises with the exact k-th best of the
-    entries kept so far, each time they pile up past a budget.  Once a
-    query's floor is set, most tiles hold nothing above it (the k best of
-    what came before are hard to beat), so a tile costs one pass — the
-    per-query maxima — plus a look at the few queries with a hit.
+    entries kept so far, each time they pile up past a budget.
+
+    A tile (rows x queries) costs one pass: it is read as wide rows of
+    ``group`` matrix rows side by side (``WIDE_SCORES`` scores at least),
+    and each block of ``ROW_BLOCK`` wide rows keeps its maximum per column.
+    Once the floors are set, few (block, column) maxima reach them (the k
+    best of what came before are hard to beat): only those blocks' columns
+    are read again, ``ROW_BLOCK`` scores each.
     """
 
     def __init__(self, n_queries: int, k: int, windows: np.ndarray, dtype: np.dtype) -> None:
         self.k, self.windows, self.dtype = k, windows, dtype
+        self.group = max(1, WIDE_SCORES // n_queries)  # matrix rows per wide row
+        self.block = max(1, ROW_BLOCK)  # wide rows per block
+        self.unit = self.group * self.block  # matrix rows per block
         self.floor = np.full(n_queries, -np.inf)  # float64
-        self.cast = _round_down(self.floor, dtype)  # the floor in the scores' dtype, rounded down
+        self._raise_floor(self.floor)
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.size = 0
         self.budget = max(CANDIDATE_BUDGET, 4 * k * n_queries)
         self.seeded = False
+        self.offsets = np.arange(self.block) * (self.group * n_queries)  # a block's wide rows, flat
+        self._maxima = np.empty((0, self.group * n_queries), dtype=dtype)
+        self._reach = np.empty((0, self.group * n_queries), dtype=np.bool_)
 
     def _raise_floor(self, values: np.ndarray) -> None:
         np.fmax(self.floor, values - self.windows, out=self.floor)
-        self.cast = _round_down(self.floor, self.dtype)
+        self.cast = _round_down(self.floor, self.dtype)  # the floor in the scores' dtype, rounded down
+        self.wide = np.tile(self.cast, self.group)  # per column of a wide row
+
+    def _block_hits(self, flat: np.ndarray, n_rows: int, n_queries: int) -> tuple[np.ndarray, np.ndarray]:
+        """(flat positions, scores) at or above the floors in the first ``n_rows`` rows (a multiple of ``unit``)."""
+        width, block = self.group * n_queries, self.block
+        blocks = flat[:n_rows * n_queries].reshape(-1, block, width)
+        if self._maxima.shape[0] < blocks.shape[0]:  # reused by every full tile (no page faults per tile)
+            self._maxima = np.empty((blocks.shape[0], width), dtype=flat.dtype)
+            self._reach = np.empty((blocks.shape[0], width), dtype=np.bool_)
+        maxima = np.maximum.reduce(blocks, axis=1, out=self._maxima[:blocks.shape[0]])
+        if not self.seeded:
+            self._seed(maxima.reshape(-1, self.group, n_queries))
+        # (block, column) pairs whose maximum reaches the floor, as block * width + column
+        reach = np.flatnonzero(np.greater_equal(maxima, self.wide, out=self._reach[:blocks.shape[0]]))
+        # their scores: from block * block_rows * width + column, one wide row (width) apart
+        positions = (reach + reach // width * ((block - 1) * width))[:, None] + self.offsets
+        values = flat[positions]
+        hit = values >= self.cast[reach % n_queries, None]
+        return positions[hit], values[hit]
+
+    def _seed(self, maxima: np.ndarray) -> None:
+        """The first floors, from a tile's (block, group position, query) maxima.
+
+        Maxima of disjoint row sets: the k-th largest per query is reached by
+        k rows.  Whole blocks (``unit`` rows) when there are k of them: fewer
+        values to partition, and the k best rows of a tile seldom share one.
+        """
+        per_block = maxima.max(axis=1) if maxima.shape[0] >= self.k else maxima.reshape(-1, maxima.shape[2])
+        if per_block.shape[0] >= self.k:
+            per_query = np.ascontiguousarray(per_block.T)  # (a partition along contiguous rows)
+            self._raise_floor(np.partition(per_query, per_query.shape[1] - self.k, axis=1)[:, -self.k])
+            self.seeded = True
 
     def add(self, rows: np.ndarray | int, scores: np.ndarray) -> None:
-        """Keep the entries of one tile's ``scores`` (q, t) at or above the floors."""
-        n_queries, width = scores.shape
-        if not self.seeded and width >= self.k:
-            self._raise_floor(_kth_lower_bounds(scores, self.k))
-            self.seeded = True
-        live = np.flatnonzero(scores.max(axis=1) >= self.cast)
-        if live.size == 0:
+        """Keep the entries of one tile's ``scores`` (t, q), C-contiguous, at or above the floors."""
+        n_rows, n_queries = scores.shape
+        flat = scores.reshape(-1)
+        blocked = n_rows - n_rows % self.unit
+        if blocked:
+            hits, values = self._block_hits(flat, blocked, n_queries)
+        if blocked < n_rows:  # rows short of a block (a small tile, the last one): compared one by one
+            if not self.seeded and n_rows >= self.k:
+                self._raise_floor(_kth_lower_bounds(scores, self.k))
+                self.seeded = True
+            tail = np.flatnonzero(scores[blocked:] >= self.cast) + blocked * n_queries
+            hits, values = (tail, flat[tail]) if not blocked else \
+                (np.concatenate((hits, tail)), np.concatenate((values, flat[tail])))
+        if hits.size == 0:
             return
-        if 4 * live.size >= n_queries:  # many queries hit: one comparison over the tile
-            hits = np.flatnonzero(scores >= self.cast[:, None])
-            query, position = np.divmod(hits, width)
-            values = scores.ravel()[hits]
-        else:  # a few queries: their rows only
-            some = scores[live]
-            hits = np.flatnonzero(some >= self.cast[live, None])
-            index, position = np.divmod(hits, width)
-            query, values = live[index], some.ravel()[hits]
+        position, query = np.divmod(hits, n_queries)
         row = position + rows if isinstance(rows, int) else rows[position]
         self.parts.append((query, row.astype(np.int64, copy=False), values))
         self.size += hits.size
@@ -354,7 +282,8 @@ class _Candidates:
         counts = np.bincount(query, minlength=n_queries)
         width = int(counts.max(initial=0))
         if width >= self.k:
-            order = np.argsort(query, kind="stable")
+            # (a 16-bit key sorts by radix, in linear time)
+            order = np.argsort(query.astype(np.uint16) if n_queries <= 1 << 16 else query, kind="stable")
             starts = np.zeros(n_queries + 1, dtype=np.int64)
             np.cumsum(counts, out=starts[1:])
             grouped = score[order]
@@ -400,7 +329,7 @@ def _one_query_candidates(matrix: np.ndarray, query: np.ndarray, mask: np.ndarra
         if tile_mask is not None:
             np.copyto(scores, -np.inf, where=~tile_mask)
         if scores.size > 4096:  # a lower bound of the k-th best first: one pass, no partition
-            floor = max(floor, float(_kth_lower_bounds(scores[None, :], k)[0]) - window)
+            floor = max(floor, float(_kth_lower_bounds(scores[:, None], k)[0]) - window)
             hits = np.flatnonzero(scores >= _round_down_scalar(floor, scores.dtype))
             rows_parts.append(hits + rows if isinstance(rows, int) else rows[hits])
             score_parts.append(scores[hits])
@@ -423,15 +352,14 @@ def _candidates(matrix: np.ndarray, queries: np.ndarray, mask: np.ndarray | None
         single = _one_query_candidates(matrix, queries[0], mask, kept, k, float(windows[0]))
         return np.zeros(single.size, dtype=np.intp), single
     found = _Candidates(n_queries, k, windows, matrix.dtype)
-    buffer: np.ndarray | None = None  # one (queries, rows) block reused by every full tile
-    for rows, tile, tile_mask in _tiles(matrix, mask, kept, n_queries):
+    buffer: np.ndarray | None = None  # one (rows, queries) block reused by every tile
+    for rows, tile, tile_mask in _tiles(matrix, mask, kept, n_queries, found.unit):
         if buffer is None:
-            buffer = np.empty((n_queries, tile.shape[0]), dtype=np.result_type(queries, tile))
-        # (queries, rows): each query's scores contiguous, so its maximum is a fast reduction
-        scores: np.ndarray = np.matmul(queries, tile.T, out=buffer) if tile.shape[0] == buffer.shape[1] \
-            else queries @ tile.T
+            buffer = np.empty((tile.shape[0], n_queries), dtype=np.result_type(queries, tile))
+        # (rows, queries): the layout OpenBLAS's sgemm kernels (SkylakeX above all) write fastest
+        scores: np.ndarray = np.matmul(tile, queries.T, out=buffer[:tile.shape[0]])
         if tile_mask is not None:
-            np.copyto(scores, -np.inf, where=~tile_mask[None, :])
+            scores[~tile_mask] = -np.inf
         found.add(rows, scores)
     return found.compact()
 
@@ -503,7 +431,7 @@ def dense_topk(matrix: np.ndarray, queries: np.ndarray, mask: np.ndarray | None,
     if live.size:
         bound = row_norm_bound(matrix) if norm_bound is None else float(norm_bound)
         subset = queries if live.size == n_queries else queries[live]
-        query, row = _candidates(matrix, subset, mask, kept, k, _windows(matrix, subset, bound))
+        query, row = _candidates(matrix, subset, mask, kept, k, score_windows(matrix, subset, bound))
         parts.append((live[query], row))
     if live.size < n_queries:
         zero = np.setdiff1d(np.arange(n_queries), live)
