@@ -72,15 +72,20 @@ class Collapse(Stage):
         m = len(candidates)
         if m == 0:  # nothing found (an empty query, a filter that keeps nothing): nothing to merge
             return _chosen(ctx.name, candidates, root, np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int32))
-        score = candidates.score
-        row = candidates.row
         if self.per_artifact:
             artifacts = ctx.corpus.artifact_ids_of(candidates.row)
             if len(set(artifacts.tolist())) == m:
                 return self._distinct(ctx, candidates, root)
-            codes = artifact_codes(artifacts)
-        else:
-            codes = candidates.row
+            return self._grouped(ctx, candidates, root, artifact_codes(artifacts))
+        if len(set(candidates.row.tolist())) == m:  # each record once, and no record twice: nothing to merge
+            return self._distinct(ctx, candidates, root)
+        return self._grouped(ctx, candidates, root, candidates.row)
+
+    def _grouped(self, ctx: StageContext, candidates: Candidates, root: QueryBatch, codes: np.ndarray) -> Candidates:
+        """The best entry of each (original query, ``codes``) group, ``merged`` counting the group, top ``k``."""
+        m = len(candidates)
+        score = candidates.score
+        row = candidates.row
         origin = candidates.origin_index.astype(np.int64)
         position = np.arange(m)
         # best entry of each (query, key) group: highest score, then lowest row, then earliest position
@@ -100,7 +105,7 @@ class Collapse(Stage):
         return _chosen(ctx.name, candidates, root, winners[final], merged[final].astype(np.int32))
 
     def _distinct(self, ctx: StageContext, candidates: Candidates, root: QueryBatch) -> Candidates:
-        """:meth:`run` when every candidate is an artifact of its own (rows distinct too).
+        """:meth:`run` when every candidate is a group of its own (distinct artifacts, or distinct rows).
 
         Every group is one entry, its own winner (``merged`` = 1), so the
         general path reduces to one sort by query, score, row (a total order:

@@ -130,13 +130,16 @@ DISTINCT = SimpleNamespace(artifact_ids_of=lambda rows: np.array([f"r{r}" for r 
 @settings(max_examples=100, deadline=None)
 @given(formulated(), st.integers(1, 5))
 def test_distinct_artifacts_shortcut_equals_the_grouping_path(case, k):
-    # every candidate its own artifact takes collapse's shortcut (no grouping); per_artifact=false
-    # groups by row, the general path: the outputs, provenance included, must be the same
+    # every candidate its own artifact takes collapse's shortcut (no grouping); the general path
+    # grouping by row (what per_artifact=false does when a row repeats): the outputs, provenance
+    # included, must be the same
     batch, lists = case
     c = cands(batch, lists).with_provenance({"x.tag": np.arange(sum(map(len, lists)), dtype=np.int64)})
-    shortcut = Collapse(k=k, per_artifact=True).run(StageContext(DISTINCT, "collapse", c.queries), c)
-    grouped = Collapse(k=k, per_artifact=False).run(StageContext(DISTINCT, "collapse", c.queries), c)
+    ctx = StageContext(DISTINCT, "collapse", c.queries)
+    shortcut = Collapse(k=k, per_artifact=True).run(ctx, c)
+    grouped = Collapse(k=k, per_artifact=False)._grouped(ctx, c, c.queries.root(), c.row)
     assert shortcut == grouped
+    assert Collapse(k=k, per_artifact=False).run(ctx, c) == grouped  # distinct rows or not
     assert set(shortcut.provenance) == {"x.tag", "collapse.merged", "collapse.input_rank", "collapse.subquery"}
 
 
