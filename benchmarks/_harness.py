@@ -46,6 +46,18 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+class LookupEmbedder:
+    """Query text -> its precomputed vector (float32, normalized): embedding costs a lookup."""
+
+    def __init__(self, table: dict[str, np.ndarray], dim: int) -> None:
+        self.table, self.dim = table, dim
+
+    def embed(self, texts: Sequence[str], kind: str) -> np.ndarray:
+        if kind != "query":
+            raise ValueError("document vectors are precomputed in these benchmarks")
+        return np.stack([self.table[t] for t in texts])
+
+
 def ensure_irflow() -> None:
     """Make ``import irflow`` work from a clean clone (repository root on ``sys.path``)."""
     try:

@@ -186,18 +186,6 @@ def faiss_runs(index: Any, matrix: np.ndarray, mask: np.ndarray | None, k: int,
     return {"faiss sel": with_selector, "faiss subset": subset}
 
 
-class LookupEmbedder:
-    """Query text -> its precomputed vector (float32, normalized): embedding costs a lookup."""
-
-    def __init__(self, table: dict[str, np.ndarray], dim: int) -> None:
-        self.table, self.dim = table, dim
-
-    def embed(self, texts: Sequence[str], kind: str) -> np.ndarray:
-        if kind != "query":
-            raise ValueError("document vectors are precomputed in this benchmark")
-        return np.stack([self.table[t] for t in texts])
-
-
 def filter_field(keep: float) -> str:
     return f"keep{round(keep * 1000)}"
 
@@ -211,7 +199,7 @@ def make_api_corpus(matrix: np.ndarray, queries: np.ndarray, masks: Mapping[floa
     records = [Record(f"a{i}", "doc", f"w{i % 1000}", {filter_field(keep): fields[keep][i] for keep in fields},
                       id=f"r{i}", vector=matrix[i]) for i in range(matrix.shape[0])]
     texts = [f"query {i}" for i in range(queries.shape[0])]
-    embedder = LookupEmbedder(dict(zip(texts, queries)), matrix.shape[1])
+    embedder = H.LookupEmbedder(dict(zip(texts, queries)), matrix.shape[1])
     corpus = irflow.build(records, embedder=embedder)
     del records
     return corpus, texts

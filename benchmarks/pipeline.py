@@ -69,18 +69,6 @@ HYBRID = {"mode": "hybrid", "fusion": "rrf"}
 # -- data ---------------------------------------------------------------------------------
 
 
-class LookupEmbedder:
-    """Query text -> its precomputed vector (float32, normalized): embedding costs a lookup."""
-
-    def __init__(self, table: dict[str, np.ndarray], dim: int) -> None:
-        self.table, self.dim = table, dim
-
-    def embed(self, texts: Sequence[str], kind: str) -> np.ndarray:
-        if kind != "query":
-            raise ValueError("document vectors are precomputed in this benchmark")
-        return np.stack([self.table[t] for t in texts])
-
-
 def make_corpus(n_artifacts: int, dim: int, n_queries: int, seed: int) -> tuple[Any, list[str]]:
     """A corpus of ``4 * n_artifacts`` records with precomputed vectors, and the query texts."""
     rng = np.random.default_rng(seed)
@@ -108,7 +96,7 @@ def make_corpus(n_artifacts: int, dim: int, n_queries: int, seed: int) -> tuple[
         near = vectors[rng.integers(0, n)] + 0.5 * rng.standard_normal(dim, dtype=np.float32) / np.sqrt(dim)
         table[text] = (near / np.linalg.norm(near)).astype(np.float32)
         texts.append(text)
-    corpus = irflow.build(records, embedder=LookupEmbedder(table, dim))
+    corpus = irflow.build(records, embedder=H.LookupEmbedder(table, dim))
     return corpus, texts
 
 

@@ -404,7 +404,7 @@ class Candidates:
         checked again (a fixed cost of every stage that re-orders).
         """
         index = np.asarray(index, dtype=np.int64).reshape(-1)
-        if self.queries.texts.__len__() > 1 and index.size > 1 and np.any(np.diff(self.query_index[index]) < 0):
+        if len(self.queries) > 1 and index.size > 1 and np.any(np.diff(self.query_index[index]) < 0):
             raise ValueError("take needs an index that keeps the candidates grouped by query (non-decreasing query_index)")
         return self._take_grouped(index, columns)
 
@@ -472,14 +472,8 @@ class Candidates:
         how it ranked each candidate: both are this batch's own checked,
         frozen columns, so nothing is converted or checked again.
         """
-        new = object.__new__(Candidates)
-        for field in ("queries", "query_index", "row", "score", "scale", "active", "offsets", "rank"):
-            object.__setattr__(new, field, getattr(self, field))
-        columns = dict(self.provenance)
-        columns[f"{name}.score"] = self.score
-        columns[f"{name}.rank"] = self.rank
-        object.__setattr__(new, "provenance", MappingProxyType(columns))
-        return new
+        return self._rescored(self.score, self.scale, {**self.provenance, f"{name}.score": self.score,
+                                                       f"{name}.rank": self.rank})
 
     def with_provenance(self, columns: Mapping[str, Any]) -> "Candidates":
         """Same batch with provenance ``columns`` added (or replaced)."""
@@ -492,14 +486,16 @@ class Candidates:
         for name, column in added.items():
             if column.ndim != 1 or column.size != len(self):
                 raise ValueError(f"provenance column {name!r} has shape {column.shape}; expected ({len(self)},)")
-        merged = dict(self.provenance)
-        merged.update(added)
+        return self._rescored(score, scale, {**self.provenance, **added})
+
+    def _rescored(self, score: np.ndarray, scale: Scale, provenance: dict[str, np.ndarray]) -> "Candidates":
+        """This batch's order, grouping and ranks with these (checked, frozen) scores and columns."""
         new = object.__new__(Candidates)
         for name in ("queries", "query_index", "row", "active", "offsets", "rank"):
             object.__setattr__(new, name, getattr(self, name))
         object.__setattr__(new, "score", score)
         object.__setattr__(new, "scale", scale)
-        object.__setattr__(new, "provenance", MappingProxyType(merged))
+        object.__setattr__(new, "provenance", MappingProxyType(provenance))
         return new
 
     def column(self, name: str) -> np.ndarray:
