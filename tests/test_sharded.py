@@ -308,8 +308,8 @@ def test_records_hits_ledger_and_rows(corpora):
 
 def test_filter_checks_warn_and_refuse_as_one_machine(corpora):
     single, sharded = corpora["grouped"], corpora["grouped", 5]
-    single._masks._warned.clear()  # the warnings a corpus gave once: give them again
-    sharded._warned.clear()
+    single._masks.warned.clear()  # the warnings a corpus gave once: give them again
+    sharded.warned.clear()
     for call in (lambda c: c.candidate_mask({"ownr": "ann"}),
                  lambda c: c.candidate_mask(None, ["name", "nmae"])):
         with warnings.catch_warnings(record=True) as a:

@@ -37,7 +37,6 @@ import collections
 import hashlib
 import os
 import threading
-import types
 import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -48,9 +47,9 @@ import numpy as np
 from irflow.kernels.bm25 import BM25Params, BM25Stats, PartialStats, combine_stats
 from irflow.util.cachekey import UnkeyableError, cache_key
 from irflow.kernels.embedders import Embedder, check_dimension, resolve_embedder
-from irflow.errors import CorpusError, EmbedderError, NoLedgerEntry, UnknownFieldWarning
+from irflow.errors import CorpusError, EmbedderError, NoLedgerEntry
 from irflow.kernels.filters import CompiledFilter, compile_filter
-from irflow.store.masks import CandidateMasks, _closest_hint, _surface_kinds
+from irflow.store.masks import Warned, _surface_kinds, check_surfaces, warn_unknown_field
 from irflow.store.paths import resolve_corpus_path
 from irflow.store.protocol import Siblings
 from irflow.store.records import Record, SearchHit
@@ -101,7 +100,7 @@ class ShardedCorpus:
         self._mask_refs: dict[int, tuple[np.ndarray, Any]] = {}
         self._means: collections.OrderedDict[Any, float] = collections.OrderedDict()
         self._records: collections.OrderedDict[int, Record] = collections.OrderedDict()
-        self._warned: set[tuple[str, str]] = set()
+        self.warned = Warned()  # ("field" | "surface", name) already warned about, as one machine keeps them
         global_code = {kind: code for code, kind in enumerate(manifest.kinds)}
         self._code_maps = [np.array([global_code[k] for k in entry.kinds], dtype=np.int32)
                            for entry in manifest.shards]
@@ -249,12 +248,8 @@ class ShardedCorpus:
             if cached is not None:
                 self._masks.move_to_end(key)
                 return cached[0]
-        if kinds is not None:
-            # the same rule and words as one machine: CandidateMasks._check_surfaces reads the kinds held
-            # (store.kinds), how to name the corpus (label) and the warnings given (_first_warning)
-            held = types.SimpleNamespace(store=types.SimpleNamespace(kinds=self.kinds), label=self._label(),
-                                         _first_warning=self._first_warning)
-            CandidateMasks._check_surfaces(held, tuple(dict.fromkeys(kinds)))  # type: ignore[arg-type]
+        if kinds is not None:  # the same rule and words as one machine
+            check_surfaces(self.kinds, self._label(), tuple(dict.fromkeys(kinds)), self.warned)
         if compiled.fields:
             self._check_fields(compiled.fields)
         ref = ("spec", compiled.spec, None if kinds is None else list(kinds))
@@ -268,29 +263,18 @@ class ShardedCorpus:
                     self._mask_refs.pop(id(old), None)
         return mask
 
-    def _first_warning(self, what: str, name: str) -> bool:
-        with self._lock:
-            if (name, what) in self._warned:
-                return False
-            self._warned.add((name, what))
-            return True
-
     def _check_fields(self, paths: Sequence[str]) -> None:
         """Warn, once per path, about a filter path no live record of any shard has (as one machine does)."""
-        todo = [p for p in paths if (p, "field") not in self._warned]
+        todo = [p for p in paths if ("field", p) not in self.warned]
         if not todo:
             return
         anywhere = np.asarray(np.array(self._everywhere("fields_present", todo), dtype=bool).any(axis=0))
         present: list[bool] = anywhere.tolist()
         for path, found in zip(todo, present):
-            if found or not self._first_warning("field", path):
+            if found or not self.warned.first("field", path):
                 continue
-            known = sorted(set().union(*self._everywhere("field_paths")))
-            listing = ", ".join(known[:20]) + (f", ... ({len(known)} fields)" if len(known) > 20 else "")
-            warnings.warn(UnknownFieldWarning(
-                f"filter: no record of {self._label()} has the field {path!r}{_closest_hint(path, known)}, "
-                f"so conditions on it see a missing field (equality matches nothing); its fields are "
-                f"{listing or '(none)'}"), stacklevel=4)
+            warn_unknown_field(self._label(), path, sorted(set().union(*self._everywhere("field_paths"))),
+                               stacklevel=4)
 
     def _refs(self, mask: np.ndarray | None) -> list[Any]:
         """What each shard is sent for *mask*: nothing, its filter (a mask made here), or its rows."""

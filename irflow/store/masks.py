@@ -14,7 +14,7 @@ import collections
 import difflib
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,7 @@ from irflow.kernels.filters import CompiledFilter, compile_filter
 from irflow.store.record_store import CorpusStore
 from irflow.util.cachekey import UnkeyableError, cache_key
 
-__all__ = ["CandidateMasks", "MASK_CACHE_SIZE"]
+__all__ = ["CandidateMasks", "MASK_CACHE_SIZE", "Warned", "check_surfaces", "warn_unknown_field"]
 
 #: Distinct (filter, surfaces) masks kept per corpus; each costs n_rows bytes.
 MASK_CACHE_SIZE = 64
@@ -86,7 +86,7 @@ class CandidateMasks:
         # identity (checked with ``is``) tells a query's mask in O(1), no pass over its rows
         self._mask_facts: dict[int, tuple[np.ndarray, int, bool]] = {}
         self._live_facts: tuple[int, int, np.ndarray | None] | None = None
-        self._warned: set[tuple[str, str]] = set()  # (name, "field" | "surface") already warned about
+        self.warned = Warned()  # ("field" | "surface", name) already warned about
         self._lock = threading.Lock()
 
     @property
@@ -132,7 +132,7 @@ class CandidateMasks:
                 return cached
         # a misspelled name must not silently return nothing (checked once per mask built)
         if kinds is not None:
-            self._check_surfaces(tuple(dict.fromkeys(kinds)))
+            check_surfaces(self.store.kinds, self.label, tuple(dict.fromkeys(kinds)), self.warned)
         if compiled.fields:
             self._check_fields(compiled.fields)
         mask = self.store.live.copy()
@@ -176,48 +176,76 @@ class CandidateMasks:
             return False, False
         return True, facts[2]
 
-    def _check_surfaces(self, wanted: tuple[str, ...]) -> None:
-        """FilterError when ``surfaces`` selects no kind this corpus holds; a warning for a stray kind.
-
-        A restriction to kinds the corpus lacks can only return nothing: almost
-        always a typo (``"nam"``), so it is refused, naming the kinds held and
-        the closest.  A kind missing next to kinds that are held may be meant
-        (one list of kinds for several corpora), so it only warns, once per
-        (corpus, kind).
-        """
-        held = self.store.kinds
-        unknown = [kind for kind in wanted if kind not in held]
-        if wanted and not unknown:
-            return
-        hints = "".join(_closest_hint(kind, held) for kind in unknown)
-        if len(unknown) == len(wanted):
-            what = (f"{self.label} holds no surface kind {', '.join(repr(k) for k in wanted)}{hints}" if wanted
-                    else "an empty list selects no surface kind")
-            raise FilterError(f"surfaces: {what}; its kinds are {', '.join(held) or '(none)'} — pass some of "
-                              "them, or surfaces=None for every kind")
-        for kind in unknown:
-            if self._first_warning("surface", kind):
-                warnings.warn(UnknownSurfaceWarning(
-                    f"surfaces: {self.label} holds no surface kind {kind!r}{_closest_hint(kind, held)}; it "
-                    f"matches nothing (its kinds are {', '.join(held)})"), stacklevel=5)
-
     def _check_fields(self, paths: Iterable[str]) -> None:
         """Warn, once per (corpus, path), about a filter path no live record has (a misspelled field)."""
         live = self.store.live
         for path in paths:
-            if (path, "field") in self._warned or (self.columns.column(path).present & live).any():
+            if ("field", path) in self.warned or (self.columns.column(path).present & live).any():
                 continue
-            if self._first_warning("field", path):
+            if self.warned.first("field", path):
                 known = _field_paths(self.store.metadata[i] for i in np.flatnonzero(live).tolist())
-                listing = ", ".join(known[:20]) + (f", ... ({len(known)} fields)" if len(known) > 20 else "")
-                warnings.warn(UnknownFieldWarning(
-                    f"filter: no record of {self.label} has the field {path!r}{_closest_hint(path, known)}, "
-                    f"so conditions on it see a missing field (equality matches nothing); its fields are "
-                    f"{listing or '(none)'}"), stacklevel=5)
+                warn_unknown_field(self.label, path, known, stacklevel=5)
 
-    def _first_warning(self, what: str, name: str) -> bool:
+
+class Warned:
+    """The (what, name) pairs a corpus has warned about: each warning once per corpus (thread-safe).
+
+    >>> warned = Warned()
+    >>> warned.first("field", "ownr"), warned.first("field", "ownr"), ("field", "ownr") in warned
+    (True, False, True)
+    """
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+
+    def first(self, what: str, name: str) -> bool:
+        """True the first time ``(what, name)`` is offered (then warn), False after."""
         with self._lock:
-            if (name, what) in self._warned:
+            if (what, name) in self._seen:
                 return False
-            self._warned.add((name, what))
+            self._seen.add((what, name))
             return True
+
+    def __contains__(self, pair: object) -> bool:
+        return pair in self._seen
+
+    def clear(self) -> None:
+        """Forget every warning given (they are given again)."""
+        with self._lock:
+            self._seen.clear()
+
+
+def check_surfaces(held: Sequence[str], label: str, wanted: tuple[str, ...], warned: Warned) -> None:
+    """FilterError when ``surfaces`` selects no kind a corpus holds; a warning for a stray kind.
+
+    A restriction to kinds the corpus lacks can only return nothing: almost
+    always a typo (``"nam"``), so it is refused, naming the kinds held and
+    the closest.  A kind missing next to kinds that are held may be meant
+    (one list of kinds for several corpora), so it only warns, once per
+    (corpus, kind).  One machine's corpus and a sharded one give the same
+    answer and words.
+    """
+    unknown = [kind for kind in wanted if kind not in held]
+    if wanted and not unknown:
+        return
+    hints = "".join(_closest_hint(kind, held) for kind in unknown)
+    if len(unknown) == len(wanted):
+        what = (f"{label} holds no surface kind {', '.join(repr(k) for k in wanted)}{hints}" if wanted
+                else "an empty list selects no surface kind")
+        raise FilterError(f"surfaces: {what}; its kinds are {', '.join(held) or '(none)'} — pass some of "
+                          "them, or surfaces=None for every kind")
+    for kind in unknown:
+        if warned.first("surface", kind):
+            warnings.warn(UnknownSurfaceWarning(
+                f"surfaces: {label} holds no surface kind {kind!r}{_closest_hint(kind, held)}; it "
+                f"matches nothing (its kinds are {', '.join(held)})"), stacklevel=5)
+
+
+def warn_unknown_field(label: str, path: str, known: Sequence[str], *, stacklevel: int) -> None:
+    """UnknownFieldWarning: no record of the corpus has the filter field ``path`` (``known``: the fields it has)."""
+    listing = ", ".join(known[:20]) + (f", ... ({len(known)} fields)" if len(known) > 20 else "")
+    warnings.warn(UnknownFieldWarning(
+        f"filter: no record of {label} has the field {path!r}{_closest_hint(path, known)}, "
+        f"so conditions on it see a missing field (equality matches nothing); its fields are "
+        f"{listing or '(none)'}"), stacklevel=stacklevel + 1)
