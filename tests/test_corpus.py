@@ -9,7 +9,7 @@ from typing import Sequence
 import numpy as np
 import pytest
 
-import irflow.store.corpus as corpus_module
+import irflow.kernels.embedders as embedders_module
 from irflow.kernels import text
 from irflow.store.corpus import Corpus, build, open_corpus
 from irflow.errors import CorpusError, EmbedderError, FilterError, UnknownSurfaceWarning
@@ -268,7 +268,7 @@ def test_embedder_spec_is_restored_lazily(tmp_path: Path, monkeypatch: pytest.Mo
     def refuse(spec: object) -> None:
         raise EmbedderError(f"resolve_embedder({spec!r}) must not run before dense search")
 
-    monkeypatch.setattr(corpus_module, "resolve_embedder", refuse)
+    monkeypatch.setattr(embedders_module, "resolve_embedder", refuse)  # what a corpus resolves its embedder with
     opened = open_corpus(tmp_path / "lazy")
     repr(opened)
     assert opened.bm25_topk(opened.tokenize_queries(["graph"]), None, 3).n_queries == 1

@@ -45,6 +45,7 @@ __all__ = [
     "DEFAULT_HASH_DIM",
     "HASH_EMBEDDER_VERSION",
     "resolve_embedder",
+    "LazyEmbedder",
     "cli_default_embedder",
     "normalize_rows",
     "check_dimension",
@@ -403,3 +404,37 @@ def resolve_embedder(spec: "str | Callable[..., Any] | Any | Embedder | None") -
     if callable(spec):
         return Embedder(spec=None, name=_callable_name(spec), embed_fn=lambda texts, kind: spec(texts))
     raise EmbedderError(f"cannot use {type(spec).__name__} as an embedder; valid forms: {_SPEC_FORMS}")
+
+
+class LazyEmbedder:
+    """An embedder as given to a corpus (an Embedder, a spec, a callable, or None), resolved on first use.
+
+    Opening a corpus must not load a model: the first search that embeds a
+    query resolves it, once (thread-safe); ``spec`` answers without resolving.
+
+    >>> lazy = LazyEmbedder("hash:16")
+    >>> lazy.spec, lazy.get().dim
+    ('hash:16', 16)
+    """
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+        self._embedder: Embedder | None = source if isinstance(source, Embedder) else None
+        self._resolved = source is None or self._embedder is not None
+        self._lock = threading.Lock()
+
+    @property
+    def spec(self) -> str | None:
+        """The spec given, or the resolved embedder's; None for a callable not resolved yet, or none."""
+        if isinstance(self.source, str):
+            return self.source
+        return None if self._embedder is None else self._embedder.spec
+
+    def get(self) -> Embedder | None:
+        """The embedder, resolved now if it was not yet (None: none was given)."""
+        if not self._resolved:
+            with self._lock:
+                if not self._resolved:
+                    self._embedder = resolve_embedder(self.source)
+                    self._resolved = True
+        return self._embedder

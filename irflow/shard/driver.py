@@ -46,7 +46,7 @@ import numpy as np
 
 from irflow.kernels.bm25 import BM25Params, BM25Stats, PartialStats, combine_stats
 from irflow.util.cachekey import UnkeyableError, cache_key
-from irflow.kernels.embedders import Embedder, check_dimension, resolve_embedder
+from irflow.kernels.embedders import Embedder, LazyEmbedder, check_dimension
 from irflow.errors import CorpusError, EmbedderError, NoLedgerEntry
 from irflow.kernels.filters import CompiledFilter, compile_filter
 from irflow.store.masks import Warned, _surface_kinds, check_surfaces, warn_unknown_field
@@ -92,9 +92,7 @@ class ShardedCorpus:
         self.rows = rows
         self._lock = threading.RLock()
         spec = None if manifest.embedder is None else manifest.embedder.get("spec")
-        self._embedder_source = embedder if embedder is not None else spec
-        self._embedder: Embedder | None = embedder if isinstance(embedder, Embedder) else None
-        self._embedder_resolved = self._embedder_source is None or self._embedder is not None
+        self._query_embedder = LazyEmbedder(embedder if embedder is not None else spec)
         self._analyzer = Analyzer.from_dict(manifest.analyzer)
         self._masks: collections.OrderedDict[Any, tuple[np.ndarray, Any]] = collections.OrderedDict()
         self._mask_refs: dict[int, tuple[np.ndarray, Any]] = {}
@@ -203,19 +201,12 @@ class ShardedCorpus:
 
     @property
     def embedder_spec(self) -> str | None:
-        if isinstance(self._embedder_source, str):
-            return self._embedder_source
-        return None if self._embedder is None else self._embedder.spec
+        return self._query_embedder.spec
 
     @property
     def embedder(self) -> Embedder | None:
         """The query embedder (the manifest's spec, or the one passed to open), resolved on first use."""
-        if not self._embedder_resolved:
-            with self._lock:
-                if not self._embedder_resolved:
-                    self._embedder = resolve_embedder(self._embedder_source)
-                    self._embedder_resolved = True
-        return self._embedder
+        return self._query_embedder.get()
 
     def _label(self) -> str:
         return f"corpus {self.name!r}" if self.name else "this corpus"

@@ -26,7 +26,7 @@ from irflow.errors import CorpusError, EmbedderError
 from irflow.kernels import bm25 as _bm25
 from irflow.kernels import dense as _dense
 from irflow.kernels.columns import MetadataColumns
-from irflow.kernels.embedders import Embedder, check_dimension, resolve_embedder
+from irflow.kernels.embedders import Embedder, LazyEmbedder, check_dimension, resolve_embedder
 from irflow.kernels.filters import CompiledFilter
 from irflow.kernels.postings import Postings
 from irflow.kernels.text import Analyzer, get_analyzer
@@ -85,9 +85,7 @@ class Corpus:
         self._vectors_check = vectors_check
         self._embedder_info = embedder_info
         # What to resolve on first use: an Embedder, a spec string, a user callable/object, or None.
-        self._embedder_source = embedder
-        self._embedder: Embedder | None = embedder if isinstance(embedder, Embedder) else None
-        self._embedder_resolved = embedder is None or isinstance(embedder, Embedder)
+        self._query_embedder = LazyEmbedder(embedder)
         self._masks = CandidateMasks(store, self._label(), remember=postings.remember_mask)
         self._lock = threading.Lock()
 
@@ -157,10 +155,9 @@ class Corpus:
     @property
     def embedder_spec(self) -> str | None:
         """The recorded embedder spec ("hash:256", "st:..."), None for a custom callable or no embedder."""
-        if isinstance(self._embedder_source, str):
-            return self._embedder_source
-        if self._embedder is not None:
-            return self._embedder.spec
+        spec = self._query_embedder.spec
+        if spec is not None:
+            return spec
         return None if self._embedder_info is None else self._embedder_info.spec
 
     @property
@@ -171,12 +168,7 @@ class Corpus:
     @property
     def embedder(self) -> Embedder | None:
         """The query embedder, resolved on first access (None when there is none to restore)."""
-        if not self._embedder_resolved:
-            with self._lock:
-                if not self._embedder_resolved:
-                    self._embedder = resolve_embedder(self._embedder_source)
-                    self._embedder_resolved = True
-        return self._embedder
+        return self._query_embedder.get()
 
     def with_embedder(self, embedder: Any) -> "Corpus":
         """The same corpus (shared store and arrays) with another query embedder.
@@ -380,7 +372,7 @@ class Corpus:
         spec = self.embedder_spec
         if spec is not None:
             return spec
-        if self._embedder_source is not None:
+        if self._query_embedder.source is not None:
             return "custom"
         if self._embedder_info is not None and self._embedder_info.source == "embedded":
             return "custom (pass embedder= to open_corpus)"
