@@ -29,10 +29,9 @@ def spread(topk: Any, inverse: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
 
     Query ``i`` of the batch gets the hits of distinct text ``inverse[i]``:
     one gather with an index built from per-query offsets, no Python loop.
+    Grouped by query and ranked, as the TopK is.
     """
-    qi = np.asarray(topk.query_index, dtype=np.int64)
-    rows = np.asarray(topk.row, dtype=np.int64)
-    scores = np.asarray(topk.score, dtype=np.float64)
+    qi, rows, scores = topk.query_index, topk.row, topk.score
     n_unique = int(topk.n_queries)
     if inverse.size == n_unique and (n_unique == 1 or np.array_equal(inverse, np.arange(n_unique))):
         return qi, rows, scores
@@ -47,16 +46,15 @@ def spread(topk: Any, inverse: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     return np.repeat(np.arange(inverse.size), lengths), rows[index], scores[index]
 
 
-def channel(queries: QueryBatch, query_index: np.ndarray, row: np.ndarray, score: np.ndarray,
-            scale: Scale, name: str) -> Candidates:
-    """A first-stage channel's Candidates with its ``<name>.score`` / ``<name>.rank`` provenance."""
-    return Candidates(queries, query_index, row, score, scale).with_channel_columns(name)
+def channel(queries: QueryBatch, topk: Any, inverse: np.ndarray, scale: Scale, name: str) -> Candidates:
+    """A first-stage channel's Candidates from its kernel's TopK over the distinct texts (see :func:`spread`),
+    with the ``<name>.score`` / ``<name>.rank`` provenance."""
+    return Candidates._grouped(queries, *spread(topk, inverse), scale).with_channel_columns(name)
 
 
 def empty_channel(queries: QueryBatch, scale: Scale, name: str) -> Candidates:
     """An empty channel output that still has the channel's provenance columns."""
-    empty_i = np.empty(0, np.int64)
-    return channel(queries, empty_i, empty_i, np.empty(0, np.float64), scale, name)
+    return Candidates.empty(queries, scale).with_channel_columns(name)
 
 
 def several_texts(queries: QueryBatch) -> np.ndarray:

@@ -347,6 +347,27 @@ class Candidates:
         return new
 
     @classmethod
+    def _grouped(cls, queries: QueryBatch, query_index: np.ndarray, row: np.ndarray, score: np.ndarray,
+                 scale: Scale) -> "Candidates":
+        """A batch of columns grouped by query and ranked by construction: a kernel's TopK, spread over a batch.
+
+        Converted (int32 / int64 / float64, frozen) and checked for NaN
+        scores only: a TopK is grouped and ranked when it is built, so the
+        constructor's other checks would cost more than they find (every
+        channel of every run makes one).
+        """
+        new = object.__new__(cls)
+        score = frozen_array(score, np.float64)
+        if score.size and np.isnan(score).any():
+            raise ValueError("candidate scores must not be NaN")
+        for name, value in (("queries", queries), ("query_index", frozen_array(query_index, np.int32)),
+                            ("row", frozen_array(row, np.int64)), ("score", score), ("scale", scale),
+                            ("provenance", MappingProxyType({})), ("active", True)):
+            object.__setattr__(new, name, value)
+        new._set_ranks()
+        return new
+
+    @classmethod
     def ranked(cls, queries: QueryBatch, query_index: Any, row: Any, score: Any, scale: Scale | str,
                provenance: Mapping[str, Any] | None = None) -> "Candidates":
         """A batch from columns in any order: grouped by query, best score first.

@@ -263,20 +263,41 @@ class JsonColumn(Sequence[Any]):
         return self._checked(self._loads(strings._decode(start, end - 1)), i)
 
     def take(self, rows: np.ndarray) -> list[Any]:
-        """The values at *rows* (int64 array), each decoded alone (or read from the decoded column)."""
+        """The values at *rows* (int64 array), decoded together (or read from the decoded column).
+
+        The rows' texts, each ending with its comma, joined inside brackets
+        are one JSON array: one scan decodes a search's ``k`` hits (a call
+        per row cost about as much again).  Anything else than exactly one
+        value per row is decoded row by row, which names the damage.
+        """
         if self._values is not None:
             values = self._values
             return [values[r] for r in rows.tolist()]
-        values = []
-        for text, row in zip(self.strings.take_list(rows), rows.tolist()):
-            try:  # the C scanner json.loads runs, without its two regex passes per call
-                value, end = _SCAN(text, 0)
-            except (StopIteration, json.JSONDecodeError, RecursionError):
-                value, end = self._loads(text[:-1]), len(text) - 1  # raises, naming the file
-            if end != len(text) - 1:
-                self._loads(text[:-1])  # trailing bytes: the full parser's error, naming the file
-            values.append(self._checked(value, row))
-        return values
+        texts = self.strings.take_list(rows)
+        if not texts:
+            return []
+        joined = "[" + "".join(texts)[:-1] + "]"
+        try:  # the C scanner json.loads runs, without its two regex passes
+            found, end = _SCAN(joined, 0)
+        except (StopIteration, json.JSONDecodeError, RecursionError):
+            found, end = None, -1
+        if end != len(joined) or not isinstance(found, list) or len(found) != len(texts):
+            # damage somewhere (a row holding two values would shift the rest): find it row by row
+            return [self._one(text, row) for text, row in zip(texts, rows.tolist())]
+        check = self.check
+        if check is not None and not all(map(check, found)):
+            return [self._checked(value, row) for value, row in zip(found, rows.tolist())]
+        return found
+
+    def _one(self, text: str, row: int) -> Any:
+        """The value of one row's text (its trailing comma included); CorpusError naming the file if damaged."""
+        try:
+            value, end = _SCAN(text, 0)
+        except (StopIteration, json.JSONDecodeError, RecursionError):
+            value, end = self._loads(text[:-1]), len(text) - 1  # raises, naming the file
+        if end != len(text) - 1:
+            self._loads(text[:-1])  # trailing bytes: the full parser's error, naming the file
+        return self._checked(value, row)
 
     def to_list(self) -> list[Any]:
         """Every row's value, decoded by one ``json.loads`` of the whole blob and kept (treat as read-only)."""

@@ -217,12 +217,8 @@ class Corpus:
             raise ValueError(f"hits needs one score per row, got {rows.size} rows and {scores.size} scores")
         if scores.size and np.isnan(scores).any():
             raise ValueError("a hit score must not be NaN")
-        store, name, kinds = self.store, self.name, self.store.kinds
-        # each column looked up once for the k rows (a stored corpus decodes only these rows' strings),
-        # then plain Python values (a fixed cost of every search())
-        artifact_ids, record_ids = store.artifact_ids_of(rows).tolist(), store.record_ids_of(rows).tolist()
-        codes, surface_indices = store.kind_codes_of(rows).tolist(), store.surface_indices_of(rows).tolist()
-        texts, metadata = store.texts_of(rows), store.metadata_of(rows)
+        name, kinds = self.name, self.store.kinds
+        artifact_ids, record_ids, codes, surface_indices, texts, metadata = self.store.hit_columns(rows)
         make = SearchHit._stored
         return [make(artifact_ids[i], kinds[codes[i]], score, texts[i], metadata[i], name, surface_indices[i],
                      record_ids[i])

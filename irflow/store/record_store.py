@@ -364,6 +364,18 @@ class CorpusStore:
             return found
         return [metadata[row] for row in _rows(rows).tolist()]
 
+    def hit_columns(self, rows: np.ndarray) -> tuple[list[str], list[str], list[int], list[int], list[str],
+                                                     list[Mapping[str, Any]]]:
+        """Artifact ids, record ids, kind codes, surface indices, texts and metadata of *rows*, as lists.
+
+        *rows* an int64 array.  What a batch of hits reads, each column looked
+        up once for these rows only (a stored corpus decodes just their
+        strings): a fixed cost of every ``search()``.
+        """
+        return (self.artifact_ids_of(rows).tolist(), self.record_ids_of(rows).tolist(),
+                self._kind_codes[rows].tolist(), self._surface_indices[rows].tolist(),
+                self.texts_of(rows), self.metadata_of(rows))
+
     def kind_codes_of(self, rows: Any) -> np.ndarray:
         """Surface kind code of each row (int32), indexing :attr:`kinds`."""
         found: np.ndarray = self._kind_codes[_rows(rows)]
