@@ -154,7 +154,7 @@ def _chosen(name: str, candidates: Candidates, root: QueryBatch, chosen: np.ndar
     columns = {f"{name}.merged": merged, f"{name}.input_rank": candidates.rank[chosen],
                f"{name}.subquery": candidates.query_index[chosen]}
     if root is candidates.queries:  # no formulated texts: the query index is the origin, taken as it is
-        return candidates.take(chosen, columns)
+        return candidates._take_grouped(chosen, columns)  # chosen: ordered by query, then rank
     columns.update((n, column[chosen]) for n, column in candidates.provenance.items())
     return Candidates(root, candidates.origin_index[chosen], candidates.row[chosen], candidates.score[chosen],
                       candidates.scale, columns)

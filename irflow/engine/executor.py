@@ -283,8 +283,7 @@ class _Run:
             name = step.name
             if step.action == OFF:
                 outputs[name] = self._inactive() if self.pipeline.classes[name].output is CANDIDATES else INACTIVE
-            elif not (all(not is_inactive(outputs[s]) for s in step.live)
-                      and all(is_inactive(outputs[s]) for s in step.off)):
+            elif not _as_planned(outputs, step):
                 self.execute(name)  # an upstream switched itself off: the general way
             elif step.action == THROUGH:
                 outputs[name] = outputs[step.source]
@@ -400,6 +399,17 @@ class _Run:
             return (name, type(stage).kind, type(stage), cache_key(stage.params()), input_keys, self.corpus_key)
         except UnkeyableError:  # a parameter too deep to key: run the stage, never guess
             return None
+
+
+def _as_planned(outputs: Mapping[str, Any], step: Step) -> bool:
+    """True when the step's upstreams came out active or switched off as its plan assumed."""
+    for source in step.live:
+        if is_inactive(outputs[source]):
+            return False
+    for source in step.off:
+        if not is_inactive(outputs[source]):
+            return False
+    return True
 
 
 def _run_stage(stage: Any, ctx: Any, kwargs: Mapping[str, Any], name: str, corpus: Any) -> Any:
