@@ -70,6 +70,26 @@ _ONE_EMPTY_QUERY = np.zeros(2, dtype=np.int64)  # the offsets of one query with 
 _ONE_EMPTY_QUERY.flags.writeable = False
 
 
+#: Largest one-query batch whose offsets and ranks come from :func:`_one_query_ranks` (a few KB each).
+_SHARED_RANKS_MAX = 4096
+_ONE_QUERY_RANKS: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _one_query_ranks(m: int) -> tuple[np.ndarray, np.ndarray]:
+    """``offsets`` ``[0, m]`` and ``rank`` ``1..m`` of a one-query batch of ``m`` candidates, read-only, shared.
+
+    Every stage of every ``search()`` makes a one-query batch and the sizes
+    repeat (fetch_k, k): made once per size, not four numpy calls a batch.
+    """
+    found = _ONE_QUERY_RANKS.get(m)
+    if found is None:
+        offsets, rank = np.array([0, m], dtype=np.int64), np.arange(1, m + 1, dtype=np.int32)
+        offsets.flags.writeable = False
+        rank.flags.writeable = False
+        found = _ONE_QUERY_RANKS[m] = (offsets, rank)  # racing threads make equal entries: either stands
+    return found
+
+
 def _frozen_gather(column: np.ndarray, index: np.ndarray) -> np.ndarray:
     """``column[index]``: a new array (fancy indexing copies), made read-only in place."""
     gathered: np.ndarray = column[index]
@@ -311,7 +331,12 @@ class Candidates:
             object.__setattr__(self, "offsets", _ONE_EMPTY_QUERY)
             object.__setattr__(self, "rank", _EMPTY_INT32)
             return
-        if n == 1:  # one query (every search()): what the general rule gives, without searching
+        if n == 1 and m <= _SHARED_RANKS_MAX:  # one query (every search()): shared read-only columns
+            offsets, rank = _one_query_ranks(m)
+            object.__setattr__(self, "offsets", offsets)
+            object.__setattr__(self, "rank", rank)
+            return
+        if n == 1:  # what the general rule gives, without searching
             offsets = np.array([0, m], dtype=np.int64)
             rank = np.arange(1, m + 1, dtype=np.int32)
         else:
