@@ -10,6 +10,10 @@ import numpy as np
 from irflow.engine import Candidates, QueryBatch, Scale
 
 
+_ONE_TEXT = np.zeros(1, dtype=np.int64)  # the inverse of a one-text batch, shared read-only
+_ONE_TEXT.flags.writeable = False
+
+
 def unique_texts(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:
     """Distinct texts in first-seen order and, per text, the index of its distinct text.
 
@@ -18,7 +22,7 @@ def unique_texts(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:
     (not over candidates): small, and dict-based dedup keeps first-seen order.
     """
     if len(texts) == 1:  # one query (every search())
-        return [texts[0]], np.zeros(1, dtype=np.int64)
+        return [texts[0]], _ONE_TEXT
     index: dict[str, int] = {}
     inverse = np.fromiter((index.setdefault(t, len(index)) for t in texts), dtype=np.int64, count=len(texts))
     return list(index), inverse
