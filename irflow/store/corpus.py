@@ -31,6 +31,7 @@ from irflow.kernels.filters import CompiledFilter
 from irflow.kernels.postings import Postings
 from irflow.kernels.text import Analyzer, get_analyzer
 from irflow.kernels.topk import TopK
+from irflow.store.gathered import GatheredVectors
 from irflow.store.generations import check_writable_root
 from irflow.store.masks import CandidateMasks
 from irflow.store.paths import HOME_ENV, is_corpus_name, resolve_corpus_path
@@ -87,6 +88,7 @@ class Corpus:
         # What to resolve on first use: an Embedder, a spec string, a user callable/object, or None.
         self._query_embedder = LazyEmbedder(embedder)
         self._masks = CandidateMasks(store, self._label(), remember=postings.remember_mask)
+        self._gathered = GatheredVectors()
         self._lock = threading.Lock()
 
     # -- row-aligned columns ------------------------------------------------------------
@@ -315,7 +317,21 @@ class Corpus:
             raise EmbedderError(f"query vector {int(bad[0])} holds NaN or infinite values ({bad.size} of "
                                 f"{len(queries)} vectors); a query vector must be finite — check the embedder "
                                 f"({self._embedder_label()}) or the vectors passed in")
-        return _dense.dense_topk(vectors, queries, self._effective_mask(mask), fetch_k)
+        mask = self._effective_mask(mask)
+        return _dense.dense_topk(vectors, queries, mask, fetch_k, gathered=self._gathered_rows(mask, vectors))
+
+    def _gathered_rows(self, mask: np.ndarray | None, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """A selective filter's rows and their vectors, kept from its first dense query (None: not kept).
+
+        Only for masks this corpus made and still knows (read-only, and a
+        delete makes new ones; see :mod:`irflow.store.gathered`).
+        """
+        if mask is None:
+            return None
+        known, all_live = self._masks.known(mask)
+        if not known or all_live:
+            return None
+        return self._gathered.get(mask, vectors, max_fraction=_dense.GATHER_FRACTION_SINGLE)
 
     def bm25_topk(
         self,
