@@ -67,6 +67,24 @@ def test_json_column_rows_alone_and_all_at_once_agree(values: list[dict], data: 
     assert fresh.to_list() == expected and list(fresh) == expected
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.dictionaries(st.text(max_size=6), json_values, max_size=4), min_size=1, max_size=20), st.data())
+def test_json_column_takes_several_rows_as_each_row_alone(values: list[dict], data: st.DataObject) -> None:
+    # several rows are decoded by one scan of their joined texts: the same values as row by row
+    column = JsonColumn.of(values)
+    rows = data.draw(st.lists(st.integers(-len(values), len(values) - 1), max_size=12))
+    assert column.take(np.array(rows, dtype=np.int64)) == [column[row] for row in rows]
+
+
+def test_json_column_refuses_a_row_holding_two_values_among_others() -> None:
+    # "1,2," would shift the values after it: the rows are then decoded alone, which names the damage
+    column = JsonColumn(StringColumn(np.frombuffer(b'{},1,2,{},', dtype=np.uint8), np.array([0, 3, 7, 10]),
+                                     where="g/records.metadata.bytes.npy"))
+    assert column.take(np.array([0, 2])) == [{}, {}]
+    with pytest.raises(CorpusError, match=r"g/records.metadata.bytes.npy is not valid JSON"):
+        column.take(np.array([0, 1, 2]))
+
+
 def test_json_column_names_the_record_that_cannot_be_written() -> None:
     with pytest.raises(CorpusError, match="cannot write the metadata of r2 as JSON"):
         JsonColumn.of([{}, {"a": 1}, {"when": object()}], name=lambda row: f"the metadata of r{row}")

@@ -150,17 +150,30 @@ class StringColumn(Sequence[str]):
         if self._array is not None:
             taken: list[str] = self._array[rows].tolist()
             return taken
+        view, bound = self._view, self.offsets.item
+        try:  # one comprehension over a few rows (the hits of a search): item() beats two gathers there
+            return [view[bound(r):bound(r + 1)].tobytes().decode() for r in self._index(rows)]
+        except UnicodeDecodeError as exc:
+            raise CorpusError(f"{self.where} is not UTF-8 ({exc}); the corpus is damaged — rebuild it") from None
+
+    def joined(self, rows: np.ndarray) -> str:
+        """The strings at *rows* (int64 array) concatenated: one decode for a few rows' bytes."""
+        view, bound = self._view, self.offsets.item
+        data = b"".join([view[bound(r):bound(r + 1)] for r in self._index(rows)])
+        try:
+            return data.decode()
+        except UnicodeDecodeError as exc:
+            raise CorpusError(f"{self.where} is not UTF-8 ({exc}); the corpus is damaged — rebuild it") from None
+
+    def _index(self, rows: np.ndarray) -> list[int]:
+        """*rows* as a list of non-negative row numbers (IndexError out of range, as a list would)."""
         n = len(self)
-        index = rows.tolist()
+        index: list[int] = rows.tolist()
         if index and (min(index) < 0 or max(index) >= n):
             if min(index) < -n or max(index) >= n:
                 raise IndexError(f"row out of range 0..{n - 1}")
             index = [r + n if r < 0 else r for r in index]
-        view, bound = self._view, self.offsets.item
-        try:  # one comprehension over a few rows (the hits of a search): item() beats two gathers there
-            return [view[bound(r):bound(r + 1)].tobytes().decode() for r in index]
-        except UnicodeDecodeError as exc:
-            raise CorpusError(f"{self.where} is not UTF-8 ({exc}); the corpus is damaged — rebuild it") from None
+        return index
 
     def to_array(self) -> np.ndarray:
         """Every string, as a read-only object array decoded once and kept (later reads index it)."""
@@ -273,17 +286,16 @@ class JsonColumn(Sequence[Any]):
         if self._values is not None:
             values = self._values
             return [values[r] for r in rows.tolist()]
-        texts = self.strings.take_list(rows)
-        if not texts:
+        if rows.size == 0:
             return []
-        joined = "[" + "".join(texts)[:-1] + "]"
-        try:  # the C scanner json.loads runs, without its two regex passes
-            found, end = _SCAN(joined, 0)
-        except (StopIteration, json.JSONDecodeError, RecursionError):
-            found, end = None, -1
-        if end != len(joined) or not isinstance(found, list) or len(found) != len(texts):
+        try:
+            joined = "[" + self.strings.joined(rows)[:-1] + "]"
+            found, end = _SCAN(joined, 0)  # the C scanner json.loads runs, without its two regex passes
+        except (StopIteration, json.JSONDecodeError, RecursionError, CorpusError):
+            found, end, joined = None, -1, ""
+        if end != len(joined) or not isinstance(found, list) or len(found) != rows.size:
             # damage somewhere (a row holding two values would shift the rest): find it row by row
-            return [self._one(text, row) for text, row in zip(texts, rows.tolist())]
+            return [self._one(text, row) for text, row in zip(self.strings.take_list(rows), rows.tolist())]
         check = self.check
         if check is not None and not all(map(check, found)):
             return [self._checked(value, row) for value, row in zip(found, rows.tolist())]
