@@ -176,3 +176,21 @@ def test_a_json_row_with_trailing_bytes_or_bad_json_names_its_file() -> None:
             _ = column[row]
     with pytest.raises(CorpusError, match=r"row 2 holds a list, expected a metadata mapping"):
         column.take(np.array([2]))
+
+
+def test_json_column_finds_offsets_shifted_onto_a_comma_inside_a_value() -> None:
+    # rows '{"a":1,' and '"b":2},{},' are each damaged, though together they hold two values
+    blob = b'{"a":1,"b":2},{},'
+    for where in (blob, blob.replace(b"1", b'"x,y"')):
+        cut = where.index(b",") + 1
+        column = JsonColumn(StringColumn(np.frombuffer(where, dtype=np.uint8), np.array([0, cut, len(where)]),
+                                         where="g/records.metadata.bytes.npy"), check=lambda value: type(value) is dict)
+        column.validate()
+        with pytest.raises(CorpusError, match=r"g/records.metadata.bytes.npy is not valid JSON"):
+            column.take(np.array([0, 1]))
+
+
+def test_json_column_takes_rows_of_any_text() -> None:
+    values = [{"name": "Zoë"}, {"k": "日本"}, {}, {"a": [1, {"b": "x,y"}]}]
+    column = JsonColumn.of(values)
+    assert column.take(np.arange(4)) == values and column.take(np.array([3, 0])) == [values[3], values[0]]
