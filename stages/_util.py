@@ -10,7 +10,9 @@ import numpy as np
 from irflow.engine import Candidates, QueryBatch, Scale
 
 
-_ONE_TEXT = np.zeros(1, dtype=np.int64)  # the inverse of a one-text batch, shared read-only
+_ONE_TEXT = np.zeros(1, dtype=np.int64)  # the inverse of a one-text batch, shared: a view of a read-only
+_ONE_TEXT.flags.writeable = False  # array, which numpy refuses to make writeable again
+_ONE_TEXT = _ONE_TEXT.view()
 _ONE_TEXT.flags.writeable = False
 
 

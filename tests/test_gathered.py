@@ -55,7 +55,7 @@ def test_a_filter_used_again_is_scored_from_its_kept_rows_with_the_same_answer(f
     queries = _unit_rows(np.random.default_rng(1), 5, 24)
     want = dense_topk(vectors, queries, np.asarray(mask), 10)  # the kernel alone, no kept rows
     first = corpus.dense_topk(queries, mask, 10)
-    assert len(corpus._gathered) == 1 and corpus._gathered.nbytes == 40 * 24 * 4  # 2 % of the rows kept
+    assert len(corpus._gathered) == 1 and corpus._gathered.nbytes == 40 * (24 * 4 + 8)  # 2 % of the rows kept
     second = corpus.dense_topk(queries, mask, 10)
     for got in (first, second):
         assert got.row.tolist() == want.row.tolist()
@@ -87,16 +87,36 @@ def test_after_a_delete_the_old_rows_are_not_used(filtered_corpus):
 
 
 def test_the_budget_drops_the_least_recently_used_and_refuses_what_is_too_large():
-    matrix = np.ones((100, 10), dtype=np.float32)  # 40 bytes a row
+    matrix = np.ones((100, 10), dtype=np.float32)  # 40 bytes a row, and 8 for its row number
     kept = GatheredVectors(budget=2000)
     masks = [np.zeros(100, bool) for _ in range(3)]
     for i, mask in enumerate(masks):
-        mask[i * 20:i * 20 + 20] = True  # 20 rows: 800 bytes each
+        mask[i * 20:i * 20 + 20] = True  # 20 rows: 960 bytes each
     for mask in masks:
         assert kept.get(mask, matrix) is not None
-    assert len(kept) == 2 and kept.nbytes == 1600  # the first one dropped past 2000 bytes
+    assert len(kept) == 2 and kept.nbytes == 1920  # the first one dropped past 2000 bytes
     big = np.zeros(100, bool)
-    big[:30] = True  # 1200 bytes: more than half the budget
-    assert kept.get(big, matrix) is None and kept.nbytes == 1600
+    big[:30] = True  # 1440 bytes: more than half the budget
+    assert kept.get(big, matrix) is None and kept.nbytes == 1920
+    kept.discard(masks[1])
+    assert len(kept) == 2 and kept.nbytes == 960  # masks[2] and the refused one remain
+    kept.discard(masks[1].copy())  # an equal mask is another mask: nothing more goes
+    assert kept.nbytes == 960
     assert kept.get(masks[2], matrix, max_fraction=0.1)[0].size == 20  # kept already: found, whatever the limit
     assert kept.get(np.ones(100, bool), matrix, max_fraction=0.2) is None
+
+
+def test_what_was_kept_for_a_mask_goes_when_the_corpus_drops_the_mask(filtered_corpus, monkeypatch):
+    from irflow.store import masks as masks_module
+
+    corpus, _ = filtered_corpus
+    queries = _unit_rows(np.random.default_rng(4), 1, 24)
+    corpus.dense_topk(queries, corpus.candidate_mask({"group": 1}), 10)
+    assert len(corpus._gathered) == 1
+    corpus.store.delete_record("r1")  # a delete: the next mask request clears the old masks
+    corpus.dense_topk(queries, corpus.candidate_mask({"group": 2}), 10)
+    assert len(corpus._gathered) == 1  # group 1's rows went with its mask; group 2's were kept
+    monkeypatch.setattr(masks_module, "MASK_CACHE_SIZE", 2)
+    for group in (3, 4, 5):
+        corpus.dense_topk(queries, corpus.candidate_mask({"group": group}), 10)
+    assert len(corpus._gathered) == 2  # masks evicted from the corpus's cache took their rows along

@@ -58,36 +58,39 @@ def frozen_array(value: Any, dtype: Any) -> np.ndarray:
     return array
 
 
-def _frozen_empty(dtype: Any) -> np.ndarray:
-    array = np.empty(0, dtype)
+def _sealed(array: np.ndarray) -> np.ndarray:
+    """A read-only view of ``array``, itself made read-only: numpy refuses to make the view writeable again.
+
+    For the columns one module shares with every batch: whoever receives
+    one cannot turn its flag back and change it for all the others.
+    """
     array.flags.writeable = False
-    return array
+    view = array.view()
+    view.flags.writeable = False
+    return view
 
 
 # shared read-only empty columns (of inactive batches)
-_EMPTY_INT32, _EMPTY_INT64, _EMPTY_FLOAT64 = (_frozen_empty(t) for t in (np.int32, np.int64, np.float64))
-_ONE_EMPTY_QUERY = np.zeros(2, dtype=np.int64)  # the offsets of one query with no candidates
-_ONE_EMPTY_QUERY.flags.writeable = False
+_EMPTY_INT32, _EMPTY_INT64, _EMPTY_FLOAT64 = (_sealed(np.empty(0, t)) for t in (np.int32, np.int64, np.float64))
+_ONE_EMPTY_QUERY = _sealed(np.zeros(2, dtype=np.int64))  # the offsets of one query with no candidates
 
-
-#: Largest one-query batch whose offsets and ranks come from :func:`_one_query_ranks` (a few KB each).
+#: Largest one-query batch whose offsets and ranks are shared (:func:`_one_query_ranks`).
 _SHARED_RANKS_MAX = 4096
-_ONE_QUERY_RANKS: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+_RANKS = _sealed(np.arange(1, _SHARED_RANKS_MAX + 1, dtype=np.int32))  # a batch's ranks: a prefix of it
+_ONE_QUERY_OFFSETS: dict[int, np.ndarray] = {}
 
 
 def _one_query_ranks(m: int) -> tuple[np.ndarray, np.ndarray]:
-    """``offsets`` ``[0, m]`` and ``rank`` ``1..m`` of a one-query batch of ``m`` candidates, read-only, shared.
+    """``offsets`` ``[0, m]`` and ``rank`` ``1..m`` of a one-query batch of ``m <= 4096`` candidates, sealed, shared.
 
-    Every stage of every ``search()`` makes a one-query batch and the sizes
-    repeat (fetch_k, k): made once per size, not four numpy calls a batch.
+    Every stage of every ``search()`` makes a one-query batch: the ranks
+    are a prefix of one shared column and the offsets are made once per size
+    (at most 4096 two-element arrays), not four numpy calls a batch.
     """
-    found = _ONE_QUERY_RANKS.get(m)
-    if found is None:
-        offsets, rank = np.array([0, m], dtype=np.int64), np.arange(1, m + 1, dtype=np.int32)
-        offsets.flags.writeable = False
-        rank.flags.writeable = False
-        found = _ONE_QUERY_RANKS[m] = (offsets, rank)  # racing threads make equal entries: either stands
-    return found
+    offsets = _ONE_QUERY_OFFSETS.get(m)
+    if offsets is None:  # racing threads make equal entries: either stands
+        offsets = _ONE_QUERY_OFFSETS[m] = _sealed(np.array([0, m], dtype=np.int64))
+    return offsets, _RANKS[:m]
 
 
 def _frozen_gather(column: np.ndarray, index: np.ndarray) -> np.ndarray:

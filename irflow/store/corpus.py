@@ -87,8 +87,9 @@ class Corpus:
         self._embedder_info = embedder_info
         # What to resolve on first use: an Embedder, a spec string, a user callable/object, or None.
         self._query_embedder = LazyEmbedder(embedder)
-        self._masks = CandidateMasks(store, self._label(), remember=postings.remember_mask)
         self._gathered = GatheredVectors()
+        self._masks = CandidateMasks(store, self._label(), remember=postings.remember_mask,
+                                     forget=self._gathered.discard)
         self._lock = threading.Lock()
 
     # -- row-aligned columns ------------------------------------------------------------

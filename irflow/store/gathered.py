@@ -8,10 +8,12 @@ same filter comes back query after query (a tenant, a language, a
 product line), so the corpus keeps, per candidate mask it made, the rows
 and their vectors, within a byte budget, least recently used dropped first.
 
-Only masks the corpus made itself and still knows are kept (see
+Only masks the corpus made itself and still knows are used (see
 :meth:`irflow.store.masks.CandidateMasks.known`): they are read-only, and a
-delete makes new ones.  The answers do not change, to the bit: the kernel
-scores the same vectors (``irflow.kernels.dense.dense_topk``, ``gathered``).
+delete makes new ones.  What is kept for a mask goes when the corpus's mask
+cache drops that mask (evicted, or cleared after a delete: ``discard``).
+The answers do not change, to the bit: the kernel scores the same vectors
+(``irflow.kernels.dense.dense_topk``, ``gathered``).
 
 >>> import numpy as np
 >>> kept = GatheredVectors(budget=1 << 20)
@@ -33,14 +35,14 @@ import numpy as np
 
 __all__ = ["GatheredVectors", "GATHERED_BYTES"]
 
-#: Bytes of gathered vectors a corpus keeps at most (all masks together).
+#: Bytes of gathered rows and vectors a corpus keeps at most (all masks together).
 GATHERED_BYTES = 64 << 20
 #: Masks remembered at most (a corpus keeps 64 candidate masks).
 MAX_MASKS = 64
 
 
-def _size(vectors: np.ndarray | None) -> int:
-    return 0 if vectors is None else int(vectors.nbytes)
+def _size(rows: np.ndarray | None, vectors: np.ndarray | None) -> int:
+    return 0 if rows is None or vectors is None else int(rows.nbytes + vectors.nbytes)
 
 
 class GatheredVectors:
@@ -68,7 +70,7 @@ class GatheredVectors:
                 _, rows, vectors = found
                 return None if rows is None or vectors is None else (rows, vectors)
         n_kept = int(np.count_nonzero(mask))
-        row_bytes = int(matrix.shape[1]) * matrix.itemsize
+        row_bytes = int(matrix.shape[1]) * matrix.itemsize + 8  # its vector and its row number
         if n_kept > max_fraction * matrix.shape[0] or 2 * n_kept * row_bytes > self.budget:
             rows = vectors = None  # too many to keep: remembered as such
         else:
@@ -77,25 +79,29 @@ class GatheredVectors:
             rows.flags.writeable = False
             vectors.flags.writeable = False
         with self._lock:
-            old = self._kept.pop(id(mask), None)  # another thread's, or a dead mask's whose id was reused
-            if old is not None:
-                self._bytes -= _size(old[2])
+            self._pop(id(mask))  # another thread's entry for it
             self._kept[id(mask)] = (mask, rows, vectors)
-            self._bytes += _size(vectors)
+            self._bytes += _size(rows, vectors)
             while self._bytes > self.budget or len(self._kept) > MAX_MASKS:
-                _, (_, _, dropped) = self._kept.popitem(last=False)
-                self._bytes -= _size(dropped)
+                self._pop(next(iter(self._kept)))
         return None if rows is None or vectors is None else (rows, vectors)
 
-    def clear(self) -> None:
-        """Drop everything (the corpus changed)."""
+    def discard(self, mask: np.ndarray) -> None:
+        """Forget what was kept for ``mask`` (the corpus no longer knows it)."""
         with self._lock:
-            self._kept.clear()
-            self._bytes = 0
+            found = self._kept.get(id(mask))
+            if found is not None and found[0] is mask:
+                self._pop(id(mask))
+
+    def _pop(self, key: int) -> None:
+        """Drop one entry (under the lock)."""
+        entry = self._kept.pop(key, None)
+        if entry is not None:
+            self._bytes -= _size(entry[1], entry[2])
 
     @property
     def nbytes(self) -> int:
-        """Bytes of vectors kept now."""
+        """Bytes kept now (rows and vectors)."""
         return self._bytes
 
     def __len__(self) -> int:
