@@ -338,7 +338,7 @@ def _one_query_candidates(matrix: np.ndarray, query: np.ndarray, mask: np.ndarra
         scores = tile @ query  # a matrix-vector product: memory speed
         if tile_mask is not None:
             np.copyto(scores, -np.inf, where=~tile_mask)
-        if scores.size > 4096:  # a lower bound of the k-th best first: one pass, no partition
+        if scores.size > max(4096, k):  # a lower bound of the k-th best first: one pass, no partition
             floor = max(floor, float(_kth_lower_bounds(scores[:, None], k)[0]) - window)
             hits = np.flatnonzero(scores >= _round_down_scalar(floor, scores.dtype))
             rows_parts.append(hits + rows if isinstance(rows, int) else rows[hits])
@@ -408,6 +408,8 @@ def dense_topk(matrix: np.ndarray, queries: np.ndarray, mask: np.ndarray | None,
     ``Corpus.dense_topk``) is scored without finding and copying its rows
     again; the answer is the same to the bit (candidates are chosen with a
     margin over any float32 rounding, then scored exactly from ``matrix``).
+    Trusted to be that pair (only their shapes are checked: the mask is not
+    read again); ignored without a mask.
 
     >>> m = np.array([[1, 0], [0, 1], [1, 0]], dtype=np.float32)
     >>> top = dense_topk(m, np.array([1, 0], np.float32), np.array([False, True, True]), 5)
@@ -434,6 +436,9 @@ def dense_topk(matrix: np.ndarray, queries: np.ndarray, mask: np.ndarray | None,
     n_allowed = n_rows
     if gathered is not None and mask is not None:
         kept, block = gathered
+        if kept.ndim != 1 or block.shape != (kept.size, matrix.shape[1]) or block.dtype != matrix.dtype:
+            raise IrflowError(f"gathered must be (rows, matrix[rows]): got rows of shape {kept.shape} and vectors "
+                              f"of shape {block.shape} ({block.dtype}) for a matrix of {matrix.shape} ({matrix.dtype})")
         n_allowed = int(kept.size)
         if n_allowed == 0:
             return TopK.empty(n_queries)
