@@ -168,3 +168,45 @@ def test_a_stage_that_switches_itself_off_at_run_time_reaches_the_planned_stages
     assert [(h.record_id, h.score) for h in plain.hits] == [(h.record_id, h.score) for h in traced.hits]
     if "off" in query:  # the fuse of one live channel is that channel, as a traced run gives
         assert plain.output("fuse").row.tolist() == plain.output("lexical").row.tolist()
+
+
+@attrs.frozen
+class _OptionalThrough(Stage):
+    """Passes its one optional input through: a planned run must not call it, even when that input is off."""
+
+    kind = "test_optional_through"
+    inputs = (Port("candidates", CANDIDATES, "optional", required=False),)
+    output = CANDIDATES
+    calls = []
+
+    def passes_through(self, live):
+        return "candidates"
+
+    def run(self, ctx, candidates=None):
+        _OptionalThrough.calls.append(candidates.active)
+        return candidates
+
+
+@pytest.fixture
+def optional_through():
+    register_stage(_OptionalThrough)
+    _OptionalThrough.calls.clear()
+    yield
+    unregister_stage("test_optional_through")
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_a_pass_through_of_a_switched_off_upstream_is_its_inactive_output_without_a_call(optional_through, on):
+    recipe = (RecipeBuilder("optional", output="top").param("on", False)
+              .stage("candidates", "filter")
+              .stage("lexical", "lexical", inputs=["candidates"], fetch_k=5, when={"on": [True]})
+              .stage("maybe", "test_optional_through", inputs=["lexical"])
+              .stage("top", "collapse", inputs=["maybe"], k=3)
+              .build())
+    corpus = fake_corpus()
+    plain = recipe.run(corpus, "sql parser", on=on)
+    assert _OptionalThrough.calls == []
+    assert plain.output("maybe") is plain.output("lexical")
+    assert plain.output("maybe").active is on and plain.output("top").active is on
+    traced = recipe.run(corpus, "sql parser", on=on, trace=True)
+    assert [(h.record_id, h.score) for h in plain.hits] == [(h.record_id, h.score) for h in traced.hits]

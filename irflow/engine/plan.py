@@ -76,11 +76,15 @@ def plan_run(pipeline: Pipeline, stages: Mapping[str, Stage], needed: Sequence[s
         through = stages[name].passes_through({port: len(sources) for port, sources in live.items()})
         bound = [s for *_, sources in ports for s in sources]
         planned_live, planned_off = tuple(s for s in bound if s not in off), tuple(s for s in bound if s in off)
-        if through is None or not live.get(through):
+        single = {port: sources for port, variadic, _minimum, _required, sources in ports if not variadic}
+        if through is not None and live.get(through):
+            steps.append(Step(name, THROUGH, live[through][0], planned_live, planned_off))
+        elif through is not None and through in single:  # its one upstream is switched off: so is its output
+            off.add(name)
+            steps.append(Step(name, THROUGH, single[through][0], planned_live, planned_off))
+        else:
             # a variadic port takes its active upstreams, a single port its upstream (active or not)
             arguments = tuple((port, variadic, live[port] if variadic else sources)
                               for port, variadic, _minimum, _required, sources in ports)
             steps.append(Step(name, RUN, "", planned_live, planned_off, arguments))
-            continue
-        steps.append(Step(name, THROUGH, live[through][0], planned_live, planned_off))
     return tuple(steps)
