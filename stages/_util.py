@@ -10,6 +10,12 @@ import numpy as np
 from irflow.engine import Candidates, QueryBatch, Scale
 
 
+_ONE_TEXT = np.zeros(1, dtype=np.int64)  # the inverse of a one-text batch, shared: a view of a read-only
+_ONE_TEXT.flags.writeable = False  # array, which numpy refuses to make writeable again
+_ONE_TEXT = _ONE_TEXT.view()
+_ONE_TEXT.flags.writeable = False
+
+
 def unique_texts(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:
     """Distinct texts in first-seen order and, per text, the index of its distinct text.
 
@@ -18,7 +24,7 @@ def unique_texts(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:
     (not over candidates): small, and dict-based dedup keeps first-seen order.
     """
     if len(texts) == 1:  # one query (every search())
-        return [texts[0]], np.zeros(1, dtype=np.int64)
+        return [texts[0]], _ONE_TEXT
     index: dict[str, int] = {}
     inverse = np.fromiter((index.setdefault(t, len(index)) for t in texts), dtype=np.int64, count=len(texts))
     return list(index), inverse
@@ -29,10 +35,9 @@ def spread(topk: Any, inverse: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
 
     Query ``i`` of the batch gets the hits of distinct text ``inverse[i]``:
     one gather with an index built from per-query offsets, no Python loop.
+    Grouped by query and ranked, as the TopK is.
     """
-    qi = np.asarray(topk.query_index, dtype=np.int64)
-    rows = np.asarray(topk.row, dtype=np.int64)
-    scores = np.asarray(topk.score, dtype=np.float64)
+    qi, rows, scores = topk.query_index, topk.row, topk.score
     n_unique = int(topk.n_queries)
     if inverse.size == n_unique and (n_unique == 1 or np.array_equal(inverse, np.arange(n_unique))):
         return qi, rows, scores
@@ -47,16 +52,15 @@ def spread(topk: Any, inverse: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     return np.repeat(np.arange(inverse.size), lengths), rows[index], scores[index]
 
 
-def channel(queries: QueryBatch, query_index: np.ndarray, row: np.ndarray, score: np.ndarray,
-            scale: Scale, name: str) -> Candidates:
-    """A first-stage channel's Candidates with its ``<name>.score`` / ``<name>.rank`` provenance."""
-    return Candidates(queries, query_index, row, score, scale).with_channel_columns(name)
+def channel(queries: QueryBatch, topk: Any, inverse: np.ndarray, scale: Scale, name: str) -> Candidates:
+    """A first-stage channel's Candidates from its kernel's TopK over the distinct texts (see :func:`spread`),
+    with the ``<name>.score`` / ``<name>.rank`` provenance."""
+    return Candidates._grouped(queries, *spread(topk, inverse), scale).with_channel_columns(name)
 
 
 def empty_channel(queries: QueryBatch, scale: Scale, name: str) -> Candidates:
     """An empty channel output that still has the channel's provenance columns."""
-    empty_i = np.empty(0, np.int64)
-    return channel(queries, empty_i, empty_i, np.empty(0, np.float64), scale, name)
+    return Candidates.empty(queries, scale).with_channel_columns(name)
 
 
 def several_texts(queries: QueryBatch) -> np.ndarray:

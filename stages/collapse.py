@@ -151,10 +151,12 @@ def artifact_codes(artifacts: np.ndarray, hash_of: Callable[[object], int] = has
 def _chosen(name: str, candidates: Candidates, root: QueryBatch, chosen: np.ndarray,
             merged: np.ndarray) -> Candidates:
     """The chosen entries (ordered by original query, then rank) as a batch of the original queries."""
-    columns = {f"{name}.merged": merged, f"{name}.input_rank": candidates.rank[chosen],
-               f"{name}.subquery": candidates.query_index[chosen]}
+    input_rank, subquery = candidates.rank[chosen], candidates.query_index[chosen]
+    for column in (merged, input_rank, subquery):  # new arrays (fancy indexing copies): frozen in place,
+        column.flags.writeable = False  # as a batch's columns are, so they are taken as they are
+    columns = {f"{name}.merged": merged, f"{name}.input_rank": input_rank, f"{name}.subquery": subquery}
     if root is candidates.queries:  # no formulated texts: the query index is the origin, taken as it is
-        return candidates.take(chosen, columns)
+        return candidates._take_grouped(chosen, columns)  # chosen: ordered by query, then rank
     columns.update((n, column[chosen]) for n, column in candidates.provenance.items())
     return Candidates(root, candidates.origin_index[chosen], candidates.row[chosen], candidates.score[chosen],
                       candidates.scale, columns)

@@ -22,7 +22,7 @@ import numpy as np
 from irflow.engine import CANDIDATES, MASK, QUERIES, Candidates, Port, QueryBatch, Scale, Stage, StageContext, \
     Upstream, param, positive_int, register_stage
 
-from ._util import channel, cut_per_text, empty_channel, fetch_depth, spread, unique_texts
+from ._util import channel, cut_per_text, empty_channel, fetch_depth, unique_texts
 
 __all__ = ["Dense"]
 
@@ -58,7 +58,7 @@ class Dense(Stage):
             return empty_channel(query, Scale.COSINE, ctx.name)
         vectors = ctx.corpus.embed_queries(texts)
         topk = ctx.corpus.dense_topk(vectors, mask, fetch_depth(query, self.fetch_k, self.subquery_fetch_k))
-        found = channel(query, *spread(topk, inverse), Scale.COSINE, ctx.name)
+        found = channel(query, topk, inverse, Scale.COSINE, ctx.name)
         if blank.any():
             found = found.select(~blank[inverse][found.query_index])
         return cut_per_text(found, self.fetch_k, self.subquery_fetch_k)

@@ -25,7 +25,7 @@ from irflow.engine import CANDIDATES, MASK, QUERIES, Candidates, Port, QueryBatc
     Upstream, optional_mapping, param, positive_int, register_stage
 from irflow.kernels.bm25 import BM25Params
 
-from ._util import channel, cut_per_text, empty_channel, fetch_depth, spread, unique_texts
+from ._util import channel, cut_per_text, empty_channel, fetch_depth, unique_texts
 
 __all__ = ["Lexical"]
 
@@ -77,5 +77,5 @@ class Lexical(Stage):
         tokens = ctx.corpus.tokenize_queries(texts)
         depth = fetch_depth(query, self.fetch_k, self.subquery_fetch_k)
         topk = ctx.corpus.bm25_topk(tokens, mask, depth, self.bm25_params)
-        found = channel(query, *spread(topk, inverse), Scale.BM25, ctx.name)
+        found = channel(query, topk, inverse, Scale.BM25, ctx.name)
         return cut_per_text(found, self.fetch_k, self.subquery_fetch_k)

@@ -67,6 +67,24 @@ def test_json_column_rows_alone_and_all_at_once_agree(values: list[dict], data: 
     assert fresh.to_list() == expected and list(fresh) == expected
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.dictionaries(st.text(max_size=6), json_values, max_size=4), min_size=1, max_size=20), st.data())
+def test_json_column_takes_several_rows_as_each_row_alone(values: list[dict], data: st.DataObject) -> None:
+    # several rows are decoded by one scan of their joined texts: the same values as row by row
+    column = JsonColumn.of(values)
+    rows = data.draw(st.lists(st.integers(-len(values), len(values) - 1), max_size=12))
+    assert column.take(np.array(rows, dtype=np.int64)) == [column[row] for row in rows]
+
+
+def test_json_column_refuses_a_row_holding_two_values_among_others() -> None:
+    # "1,2," would shift the values after it: the rows are then decoded alone, which names the damage
+    column = JsonColumn(StringColumn(np.frombuffer(b'{},1,2,{},', dtype=np.uint8), np.array([0, 3, 7, 10]),
+                                     where="g/records.metadata.bytes.npy"))
+    assert column.take(np.array([0, 2])) == [{}, {}]
+    with pytest.raises(CorpusError, match=r"g/records.metadata.bytes.npy is not valid JSON"):
+        column.take(np.array([0, 1, 2]))
+
+
 def test_json_column_names_the_record_that_cannot_be_written() -> None:
     with pytest.raises(CorpusError, match="cannot write the metadata of r2 as JSON"):
         JsonColumn.of([{}, {"a": 1}, {"when": object()}], name=lambda row: f"the metadata of r{row}")
@@ -158,3 +176,21 @@ def test_a_json_row_with_trailing_bytes_or_bad_json_names_its_file() -> None:
             _ = column[row]
     with pytest.raises(CorpusError, match=r"row 2 holds a list, expected a metadata mapping"):
         column.take(np.array([2]))
+
+
+def test_json_column_finds_offsets_shifted_onto_a_comma_inside_a_value() -> None:
+    # rows '{"a":1,' and '"b":2},{},' are each damaged, though together they hold two values
+    blob = b'{"a":1,"b":2},{},'
+    for where in (blob, blob.replace(b"1", b'"x,y"')):
+        cut = where.index(b",") + 1
+        column = JsonColumn(StringColumn(np.frombuffer(where, dtype=np.uint8), np.array([0, cut, len(where)]),
+                                         where="g/records.metadata.bytes.npy"), check=lambda value: type(value) is dict)
+        column.validate()
+        with pytest.raises(CorpusError, match=r"g/records.metadata.bytes.npy is not valid JSON"):
+            column.take(np.array([0, 1]))
+
+
+def test_json_column_takes_rows_of_any_text() -> None:
+    values = [{"name": "Zoë"}, {"k": "日本"}, {}, {"a": [1, {"b": "x,y"}]}]
+    column = JsonColumn.of(values)
+    assert column.take(np.arange(4)) == values and column.take(np.array([3, 0])) == [values[3], values[0]]

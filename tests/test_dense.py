@@ -223,3 +223,25 @@ def test_a_batch_never_holds_the_whole_score_matrix() -> None:
     assert peak < 32 << 20, f"peak {peak / 2**20:.0f} MB"
     scores = queries.astype(np.float64) @ matrix.astype(np.float64).T
     assert top.per_query(7)[0].tolist() == np.argsort(-scores[7], kind="stable")[:10].tolist()
+
+
+def test_a_gathered_tile_shorter_than_k_but_over_4096_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    # one query, rows gathered in tiles of 5,000 (GATHER_BYTES / 16-byte rows) and k = 5,500: a tile of
+    # fewer rows than k gives no k-th lower bound (it crashed on "zero-size array to reduction")
+    monkeypatch.setattr(dense_module, "GATHER_BYTES", 80_000)
+    rng = np.random.default_rng(5)
+    matrix = rng.standard_normal((40_000, 4)).astype(np.float32)
+    mask = np.zeros(40_000, bool)
+    mask[rng.choice(40_000, 7_000, replace=False)] = True
+    query = rng.standard_normal(4).astype(np.float32)
+    top = dense_topk(matrix, query, mask, 5_500)
+    assert top.row.tolist() == reference(matrix, query[None, :], mask, 5_500)[0]
+
+
+def test_gathered_rows_of_the_wrong_shape_are_refused() -> None:
+    matrix = np.eye(3, dtype=np.float32)
+    mask = np.array([True, False, True])
+    with pytest.raises(IrflowError, match=r"gathered must be \(rows, matrix\[rows\]\)"):
+        dense_topk(matrix, matrix[0], mask, 2, gathered=(np.array([0, 2]), matrix[[0]]))
+    ignored = dense_topk(matrix, matrix[0], None, 2, gathered=(np.array([0, 2]), matrix[[0]]))  # no mask: unused
+    assert ignored.row.tolist() == [0, 1]

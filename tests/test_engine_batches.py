@@ -248,3 +248,15 @@ def test_channel_columns_are_the_batchs_own_score_and_rank():
     assert tagged.provenance["dense.rank"].tolist() == [1, 2, 1]
     assert not tagged.provenance["dense.score"].flags.writeable
     assert set(c.provenance) == {"x.score"}  # the original is unchanged
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, 4096])  # larger batches own their columns
+def test_the_columns_one_query_batches_share_cannot_be_made_writeable(size):
+    # one-query batches share their offsets and ranks (and inactive ones their empty columns): a caller
+    # turning a flag back must not be able to change them for every later batch
+    batch = Candidates(QueryBatch.of(["q"]), np.zeros(size, np.int32), np.arange(size), np.zeros(size), "cosine")
+    assert batch.rank.tolist() == list(range(1, size + 1)) and batch.offsets.tolist() == [0, size]
+    inactive = Candidates.inactive(QueryBatch.of(["q"]))
+    for column in (batch.rank, batch.offsets, inactive.row, inactive.offsets, inactive.rank):
+        with pytest.raises(ValueError):
+            column.flags.writeable = True

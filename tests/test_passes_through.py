@@ -123,3 +123,90 @@ def test_every_builtin_recipe_gives_the_same_answer_with_and_without_skipping(na
         if isinstance(value, Candidates):
             assert plain.outputs[stage] == value, stage
     assert [(h.record_id, h.score) for h in plain.hits] == [(h.record_id, h.score) for h in traced.hits]
+
+
+@attrs.frozen
+class _OffOnQuery(Stage):
+    """Its input, or an inactive batch for a query containing "off": a stage switching itself off at run time."""
+
+    kind = "test_off_on_query"
+    inputs = (Port("candidates", CANDIDATES, "anything"),)
+    output = CANDIDATES
+
+    def run(self, ctx, candidates):
+        if any("off" in text for text in ctx.queries.texts):
+            return Candidates.inactive(ctx.queries)
+        return candidates
+
+
+@pytest.fixture
+def off_on_query():
+    register_stage(_OffOnQuery)
+    yield
+    unregister_stage("test_off_on_query")
+
+
+@pytest.mark.parametrize("query", ["sql parser off", "sql parser"])
+def test_a_stage_that_switches_itself_off_at_run_time_reaches_the_planned_stages_downstream(off_on_query, query):
+    # the plan expects both channels live; at run time one may come out inactive, and the
+    # stages after it must then see what a traced run (every stage the general way) sees
+    recipe = (RecipeBuilder("switching", output="top")
+              .stage("candidates", "filter")
+              .stage("lexical", "lexical", inputs=["candidates"], fetch_k=5)
+              .stage("dense", "dense", inputs=["candidates"], fetch_k=5)
+              .stage("maybe", "test_off_on_query", inputs=["dense"])
+              .stage("fuse", "fuse", inputs=["lexical", "maybe"], method="rrf")
+              .stage("top", "collapse", inputs=["fuse"], k=3)
+              .build())
+    corpus = fake_corpus()
+    plain = recipe.run(corpus, query)
+    traced = recipe.run(corpus, query, trace=True)
+    assert plain.output("maybe").active is ("off" not in query)
+    for stage, value in traced.outputs.items():
+        if isinstance(value, Candidates):
+            assert plain.outputs[stage] == value, stage
+    assert [(h.record_id, h.score) for h in plain.hits] == [(h.record_id, h.score) for h in traced.hits]
+    if "off" in query:  # the fuse of one live channel is that channel, as a traced run gives
+        assert plain.output("fuse").row.tolist() == plain.output("lexical").row.tolist()
+
+
+@attrs.frozen
+class _OptionalThrough(Stage):
+    """Passes its one optional input through: a planned run must not call it, even when that input is off."""
+
+    kind = "test_optional_through"
+    inputs = (Port("candidates", CANDIDATES, "optional", required=False),)
+    output = CANDIDATES
+    calls = []
+
+    def passes_through(self, live):
+        return "candidates"
+
+    def run(self, ctx, candidates=None):
+        _OptionalThrough.calls.append(candidates.active)
+        return candidates
+
+
+@pytest.fixture
+def optional_through():
+    register_stage(_OptionalThrough)
+    _OptionalThrough.calls.clear()
+    yield
+    unregister_stage("test_optional_through")
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_a_pass_through_of_a_switched_off_upstream_is_its_inactive_output_without_a_call(optional_through, on):
+    recipe = (RecipeBuilder("optional", output="top").param("on", False)
+              .stage("candidates", "filter")
+              .stage("lexical", "lexical", inputs=["candidates"], fetch_k=5, when={"on": [True]})
+              .stage("maybe", "test_optional_through", inputs=["lexical"])
+              .stage("top", "collapse", inputs=["maybe"], k=3)
+              .build())
+    corpus = fake_corpus()
+    plain = recipe.run(corpus, "sql parser", on=on)
+    assert _OptionalThrough.calls == []
+    assert plain.output("maybe") is plain.output("lexical")
+    assert plain.output("maybe").active is on and plain.output("top").active is on
+    traced = recipe.run(corpus, "sql parser", on=on, trace=True)
+    assert [(h.record_id, h.score) for h in plain.hits] == [(h.record_id, h.score) for h in traced.hits]

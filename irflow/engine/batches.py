@@ -58,16 +58,39 @@ def frozen_array(value: Any, dtype: Any) -> np.ndarray:
     return array
 
 
-def _frozen_empty(dtype: Any) -> np.ndarray:
-    array = np.empty(0, dtype)
+def _sealed(array: np.ndarray) -> np.ndarray:
+    """A read-only view of ``array``, itself made read-only: numpy refuses to make the view writeable again.
+
+    For the columns one module shares with every batch: whoever receives
+    one cannot turn its flag back and change it for all the others.
+    """
     array.flags.writeable = False
-    return array
+    view = array.view()
+    view.flags.writeable = False
+    return view
 
 
 # shared read-only empty columns (of inactive batches)
-_EMPTY_INT32, _EMPTY_INT64, _EMPTY_FLOAT64 = (_frozen_empty(t) for t in (np.int32, np.int64, np.float64))
-_ONE_EMPTY_QUERY = np.zeros(2, dtype=np.int64)  # the offsets of one query with no candidates
-_ONE_EMPTY_QUERY.flags.writeable = False
+_EMPTY_INT32, _EMPTY_INT64, _EMPTY_FLOAT64 = (_sealed(np.empty(0, t)) for t in (np.int32, np.int64, np.float64))
+_ONE_EMPTY_QUERY = _sealed(np.zeros(2, dtype=np.int64))  # the offsets of one query with no candidates
+
+#: Largest one-query batch whose offsets and ranks are shared (:func:`_one_query_ranks`).
+_SHARED_RANKS_MAX = 4096
+_RANKS = _sealed(np.arange(1, _SHARED_RANKS_MAX + 1, dtype=np.int32))  # a batch's ranks: a prefix of it
+_ONE_QUERY_OFFSETS: dict[int, np.ndarray] = {}
+
+
+def _one_query_ranks(m: int) -> tuple[np.ndarray, np.ndarray]:
+    """``offsets`` ``[0, m]`` and ``rank`` ``1..m`` of a one-query batch of ``m <= 4096`` candidates, sealed, shared.
+
+    Every stage of every ``search()`` makes a one-query batch: the ranks
+    are a prefix of one shared column and the offsets are made once per size
+    (at most 4096 two-element arrays), not four numpy calls a batch.
+    """
+    offsets = _ONE_QUERY_OFFSETS.get(m)
+    if offsets is None:  # racing threads make equal entries: either stands
+        offsets = _ONE_QUERY_OFFSETS[m] = _sealed(np.array([0, m], dtype=np.int64))
+    return offsets, _RANKS[:m]
 
 
 def _frozen_gather(column: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -311,7 +334,12 @@ class Candidates:
             object.__setattr__(self, "offsets", _ONE_EMPTY_QUERY)
             object.__setattr__(self, "rank", _EMPTY_INT32)
             return
-        if n == 1:  # one query (every search()): what the general rule gives, without searching
+        if n == 1 and m <= _SHARED_RANKS_MAX:  # one query (every search()): shared read-only columns
+            offsets, rank = _one_query_ranks(m)
+            object.__setattr__(self, "offsets", offsets)
+            object.__setattr__(self, "rank", rank)
+            return
+        if n == 1:  # what the general rule gives, without searching
             offsets = np.array([0, m], dtype=np.int64)
             rank = np.arange(1, m + 1, dtype=np.int32)
         else:
@@ -342,6 +370,27 @@ class Candidates:
         for name, value in (("queries", queries), ("query_index", _EMPTY_INT32), ("row", _EMPTY_INT64),
                             ("score", _EMPTY_FLOAT64), ("scale", Scale.NONE), ("provenance", MappingProxyType({})),
                             ("active", False)):
+            object.__setattr__(new, name, value)
+        new._set_ranks()
+        return new
+
+    @classmethod
+    def _grouped(cls, queries: QueryBatch, query_index: np.ndarray, row: np.ndarray, score: np.ndarray,
+                 scale: Scale) -> "Candidates":
+        """A batch of columns grouped by query and ranked by construction: a kernel's TopK, spread over a batch.
+
+        Converted (int32 / int64 / float64, frozen) and checked for NaN
+        scores only: a TopK is grouped and ranked when it is built, so the
+        constructor's other checks would cost more than they find (every
+        channel of every run makes one).
+        """
+        new = object.__new__(cls)
+        score = frozen_array(score, np.float64)
+        if score.size and np.isnan(score).any():
+            raise ValueError("candidate scores must not be NaN")
+        for name, value in (("queries", queries), ("query_index", frozen_array(query_index, np.int32)),
+                            ("row", frozen_array(row, np.int64)), ("score", score), ("scale", scale),
+                            ("provenance", MappingProxyType({})), ("active", True)):
             object.__setattr__(new, name, value)
         new._set_ranks()
         return new

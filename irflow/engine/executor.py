@@ -269,8 +269,9 @@ class _Run:
         """Run the needed stages by the plan of an untraced run (:mod:`irflow.engine.plan`).
 
         Switched-off stages output an inactive batch and pass-through stages
-        their input, without a call; a pass-through whose upstreams did not
-        come out as planned runs the general way.
+        their input, without a call; the others are called with the inputs
+        the plan bound.  A stage whose upstreams did not come out as planned
+        (one switched itself off) runs the general way.
         """
         def make() -> tuple[Step, ...]:
             return plan_run(self.pipeline, self.stages, self.needed, self.values)
@@ -282,11 +283,15 @@ class _Run:
             name = step.name
             if step.action == OFF:
                 outputs[name] = self._inactive() if self.pipeline.classes[name].output is CANDIDATES else INACTIVE
-            elif step.action == THROUGH and all(not is_inactive(outputs[s]) for s in step.live) \
-                    and all(is_inactive(outputs[s]) for s in step.off):
+            elif not _as_planned(outputs, step):
+                self.execute(name)  # an upstream switched itself off: the general way
+            elif step.action == THROUGH:
                 outputs[name] = outputs[step.source]
-            else:
-                self.execute(name)
+            else:  # inputs as planned: the stage's arguments are its planned-active upstreams' outputs
+                kwargs = {port: {s: outputs[s] for s in sources} if variadic else outputs[sources[0]]
+                          for port, variadic, sources in step.ports}
+                outputs[name] = _run_stage(self.stages[name], StageContext(self.corpus, name, self.batch), kwargs,
+                                           name, self.corpus)
 
     def inject(self, name: str) -> None:
         """Take stage ``name``'s output from the caller's overrides."""
@@ -394,6 +399,17 @@ class _Run:
             return (name, type(stage).kind, type(stage), cache_key(stage.params()), input_keys, self.corpus_key)
         except UnkeyableError:  # a parameter too deep to key: run the stage, never guess
             return None
+
+
+def _as_planned(outputs: Mapping[str, Any], step: Step) -> bool:
+    """True when the step's upstreams came out active or switched off as its plan assumed."""
+    for source in step.live:
+        if is_inactive(outputs[source]):
+            return False
+    for source in step.off:
+        if not is_inactive(outputs[source]):
+            return False
+    return True
 
 
 def _run_stage(stage: Any, ctx: Any, kwargs: Mapping[str, Any], name: str, corpus: Any) -> Any:

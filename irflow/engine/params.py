@@ -54,28 +54,53 @@ def resolve_params(recipe: RecipeSpec, overrides: Mapping[str, Any] | None = Non
 
 
 def resolve_params_keyed(recipe: RecipeSpec,
-                         overrides: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], Hashable | None]:
-    """:func:`resolve_params` and the type-exact key of the arguments the values follow from (None: unkeyable).
+                         overrides: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], "ArgumentsKey | None"]:
+    """:func:`resolve_params` and the key of the arguments the values follow from (None: unkeyable).
 
-    Equal keys mean equal arguments of the same types, hence equal values:
-    the executor keys the stage objects by this key alone (no key over
-    every value of every run).
+    The key stands for a type-exact key of the arguments (:class:`ArgumentsKey`):
+    equal arguments of the same types, hence equal values, get the same key
+    object while the recipe remembers them; the executor keys the stage
+    objects and the run's plan by it alone (no key over every value of
+    every run, and no tuple of 17 arguments hashed again per cache).
     """
     overrides = dict(overrides or {})
-    memo: dict[Any, dict[str, Any]] = recipe.memo("resolved params", dict)
+    memo: dict[Any, tuple[dict[str, Any], ArgumentsKey]] = recipe.memo("resolved params", dict)
     key, plain = _arguments_key(overrides)
-    if plain and key in memo:
-        return dict(memo[key]), key  # plain scalars: the remembered values are the caller's, equal and immutable
-    if key is not None and key in memo:
+    found = None if key is None else memo.get(key)
+    if found is not None:
+        remembered, token = found
+        if plain:  # plain scalars: the remembered values are the caller's, equal and immutable
+            return dict(remembered), token
         # derived values are recomputed only when a given value changes them (they are ints of
         # the rules in DERIVED_RULES); the given values are this call's objects
-        return {**memo[key], **{n: v for n, v in overrides.items() if n not in recipe.derived}}, key
+        return {**remembered, **{n: v for n, v in overrides.items() if n not in recipe.derived}}, token
     values = _resolve_params(recipe, overrides)
-    if key is not None:
-        if len(memo) >= RESOLVED_CACHE_SIZE:
-            memo.pop(next(iter(memo)))
-        memo[key] = dict(values)
-    return values, key
+    if key is None:
+        return values, None
+    if len(memo) >= RESOLVED_CACHE_SIZE:
+        memo.pop(next(iter(memo)))
+    token = ArgumentsKey(key)
+    memo[key] = (dict(values), token)
+    return values, token
+
+
+class ArgumentsKey:
+    """A run's arguments key (:func:`_arguments_key`), hashed once: what keys the stage objects and plans.
+
+    The key is a tuple of the 17 arguments of a ``search()``; Python does not
+    keep a tuple's hash, and each cache a run consults would hash it again.
+    Equal arguments get this very object from the recipe's memo, so the
+    caches downstream compare it by identity; arguments remembered again
+    after being dropped get a new one (those caches then miss once).
+    """
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: Hashable) -> None:
+        self.key = key
+
+    def __repr__(self) -> str:
+        return f"ArgumentsKey({self.key!r})"
 
 
 #: Argument types a flat key spells by (type, value): exact types, none of them holds anything.

@@ -7,8 +7,8 @@ parameter values alone — so they are worked out once per pipeline and
 argument key instead of on every stage of every run (a fixed cost of every
 ``search()``).  At run time a pass-through step only checks that its
 upstreams came out as planned (a stage may switch itself off by returning
-an inactive output); when they did not, the executor runs the stage the
-general way.
+an inactive output), and a run step is called with its planned inputs;
+when they did not, the executor runs the stage the general way.
 
 >>> from irflow.engine.recipe import load_recipe
 >>> from irflow.engine.pipeline import Pipeline
@@ -44,8 +44,10 @@ class Step:
     name: str
     action: str
     source: str = ""  # THROUGH: the upstream whose output is this stage's output
-    live: tuple[str, ...] = ()  # THROUGH: upstreams planned active (checked at run time)
-    off: tuple[str, ...] = ()  # THROUGH: upstreams planned switched off (checked at run time)
+    live: tuple[str, ...] = ()  # THROUGH, RUN: upstreams planned active (checked at run time)
+    off: tuple[str, ...] = ()  # THROUGH, RUN: upstreams planned switched off (checked at run time)
+    # RUN: per bound port (name, variadic, upstreams: a variadic port's planned-active ones): its arguments
+    ports: tuple[tuple[str, bool, tuple[str, ...]], ...] = ()
 
 
 def when_holds(when: Sequence[tuple[str, Sequence[Any]]], values: Mapping[str, Any]) -> bool:
@@ -72,10 +74,17 @@ def plan_run(pipeline: Pipeline, stages: Mapping[str, Stage], needed: Sequence[s
             steps.append(Step(name, OFF))
             continue
         through = stages[name].passes_through({port: len(sources) for port, sources in live.items()})
-        if through is None or not live.get(through):
-            steps.append(Step(name, RUN))
-            continue
         bound = [s for *_, sources in ports for s in sources]
-        steps.append(Step(name, THROUGH, live[through][0], tuple(s for s in bound if s not in off),
-                          tuple(s for s in bound if s in off)))
+        planned_live, planned_off = tuple(s for s in bound if s not in off), tuple(s for s in bound if s in off)
+        single = {port: sources for port, variadic, _minimum, _required, sources in ports if not variadic}
+        if through is not None and live.get(through):
+            steps.append(Step(name, THROUGH, live[through][0], planned_live, planned_off))
+        elif through is not None and through in single:  # its one upstream is switched off: so is its output
+            off.add(name)
+            steps.append(Step(name, THROUGH, single[through][0], planned_live, planned_off))
+        else:
+            # a variadic port takes its active upstreams, a single port its upstream (active or not)
+            arguments = tuple((port, variadic, live[port] if variadic else sources)
+                              for port, variadic, _minimum, _required, sources in ports)
+            steps.append(Step(name, RUN, "", planned_live, planned_off, arguments))
     return tuple(steps)

@@ -124,15 +124,24 @@ def _as_queries(queries: np.ndarray, matrix: np.ndarray) -> np.ndarray:
 
 
 def _tiles(matrix: np.ndarray, mask: np.ndarray | None, kept: np.ndarray | None,
-           n_queries: int, unit: int = 1) -> Iterator[tuple[np.ndarray | int, np.ndarray, np.ndarray | None]]:
+           n_queries: int, unit: int = 1,
+           block: np.ndarray | None = None) -> Iterator[tuple[np.ndarray | int, np.ndarray, np.ndarray | None]]:
     """``(rows, tile, tile_mask)`` over the candidate rows, ascending.
 
     ``rows`` is the tile's row ids (gathered) or its first row (a slice of
     the matrix); ``tile_mask`` marks the tile's candidate rows (None: all).
     Tiles hold a multiple of ``unit`` rows when they hold that many at all.
+    ``block``: ``matrix[kept]``, gathered before (tiles are its slices).
     """
     n, d = matrix.shape
     step = n if n_queries == 1 else max(TILE_MIN_ROWS, TILE_SCORES // n_queries)
+    if block is not None:
+        step = min(step, max(1, block.shape[0]))
+        if step >= unit:
+            step -= step % unit
+        for lo in range(0, block.shape[0], step):
+            yield kept[lo:lo + step], block[lo:lo + step], None  # type: ignore[index]
+        return
     if kept is not None:
         step = max(1, min(step, GATHER_BYTES // max(1, d * matrix.itemsize)))
     if step >= unit:
@@ -316,7 +325,8 @@ def _round_down_scalar(value: float, dtype: np.dtype) -> np.floating:
 
 
 def _one_query_candidates(matrix: np.ndarray, query: np.ndarray, mask: np.ndarray | None,
-                          kept: np.ndarray | None, k: int, window: float) -> np.ndarray:
+                          kept: np.ndarray | None, k: int, window: float,
+                          block: np.ndarray | None = None) -> np.ndarray:
     """Rows that may reach one query's top k: ``_Candidates`` with fewer numpy calls.
 
     A selective filter leaves a product of a few hundred microseconds, so
@@ -324,11 +334,11 @@ def _one_query_candidates(matrix: np.ndarray, query: np.ndarray, mask: np.ndarra
     """
     rows_parts, score_parts = [], []
     floor = -math.inf
-    for rows, tile, tile_mask in _tiles(matrix, mask, kept, 1):
+    for rows, tile, tile_mask in _tiles(matrix, mask, kept, 1, block=block):
         scores = tile @ query  # a matrix-vector product: memory speed
         if tile_mask is not None:
             np.copyto(scores, -np.inf, where=~tile_mask)
-        if scores.size > 4096:  # a lower bound of the k-th best first: one pass, no partition
+        if scores.size > max(4096, k):  # a lower bound of the k-th best first: one pass, no partition
             floor = max(floor, float(_kth_lower_bounds(scores[:, None], k)[0]) - window)
             hits = np.flatnonzero(scores >= _round_down_scalar(floor, scores.dtype))
             rows_parts.append(hits + rows if isinstance(rows, int) else rows[hits])
@@ -345,15 +355,16 @@ def _one_query_candidates(matrix: np.ndarray, query: np.ndarray, mask: np.ndarra
 
 
 def _candidates(matrix: np.ndarray, queries: np.ndarray, mask: np.ndarray | None,
-                kept: np.ndarray | None, k: int, windows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                kept: np.ndarray | None, k: int, windows: np.ndarray,
+                block: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(query, row) of every candidate row whose approximate score may reach the top k."""
     n_queries = queries.shape[0]
     if n_queries == 1:
-        single = _one_query_candidates(matrix, queries[0], mask, kept, k, float(windows[0]))
+        single = _one_query_candidates(matrix, queries[0], mask, kept, k, float(windows[0]), block)
         return np.zeros(single.size, dtype=np.intp), single
     found = _Candidates(n_queries, k, windows, matrix.dtype)
     buffer: np.ndarray | None = None  # one (rows, queries) block reused by every tile
-    for rows, tile, tile_mask in _tiles(matrix, mask, kept, n_queries, found.unit):
+    for rows, tile, tile_mask in _tiles(matrix, mask, kept, n_queries, found.unit, block):
         if buffer is None:
             buffer = np.empty((tile.shape[0], n_queries), dtype=np.result_type(queries, tile))
         # (rows, queries): the layout OpenBLAS's sgemm kernels (SkylakeX above all) write fastest
@@ -381,7 +392,8 @@ def _best(query: np.ndarray, row: np.ndarray, score: np.ndarray, k: int, n_queri
 
 
 def dense_topk(matrix: np.ndarray, queries: np.ndarray, mask: np.ndarray | None,
-               fetch_k: int, *, norm_bound: float | None = None) -> TopK:
+               fetch_k: int, *, norm_bound: float | None = None,
+               gathered: tuple[np.ndarray, np.ndarray] | None = None) -> TopK:
     """Top ``fetch_k`` rows of ``matrix`` by dot product with each query, exactly.
 
     ``matrix`` (n, d) and ``queries`` (q, d) or (d,) are expected
@@ -390,7 +402,14 @@ def dense_topk(matrix: np.ndarray, queries: np.ndarray, mask: np.ndarray | None,
     vectors alone (see the module docstring), so a query's answer is the
     same to the bit in any batch, under any plan, thread count or BLAS
     kernel; ties break by row.  ``norm_bound``: an upper bound of the rows'
-    norms (default: computed, cached for a read-only matrix).
+    norms (default: computed, cached for a read-only matrix).  ``gathered``:
+    ``(rows, vectors)``, the mask's rows ascending (``np.flatnonzero(mask)``)
+    and ``matrix[rows]``, gathered before — a filter used again (see
+    ``Corpus.dense_topk``) is scored without finding and copying its rows
+    again; the answer is the same to the bit (candidates are chosen with a
+    margin over any float32 rounding, then scored exactly from ``matrix``).
+    Trusted to be that pair (only their shapes are checked: the mask is not
+    read again); ignored without a mask.
 
     >>> m = np.array([[1, 0], [0, 1], [1, 0]], dtype=np.float32)
     >>> top = dense_topk(m, np.array([1, 0], np.float32), np.array([False, True, True]), 5)
@@ -413,9 +432,17 @@ def dense_topk(matrix: np.ndarray, queries: np.ndarray, mask: np.ndarray | None,
             )
     if fetch_k <= 0 or n_queries == 0 or n_rows == 0:
         return TopK.empty(n_queries)
-    kept = None
+    kept = block = None
     n_allowed = n_rows
-    if mask is not None:
+    if gathered is not None and mask is not None:
+        kept, block = gathered
+        if kept.ndim != 1 or block.shape != (kept.size, matrix.shape[1]) or block.dtype != matrix.dtype:
+            raise IrflowError(f"gathered must be (rows, matrix[rows]): got rows of shape {kept.shape} and vectors "
+                              f"of shape {block.shape} ({block.dtype}) for a matrix of {matrix.shape} ({matrix.dtype})")
+        n_allowed = int(kept.size)
+        if n_allowed == 0:
+            return TopK.empty(n_queries)
+    elif mask is not None:
         n_allowed = int(np.count_nonzero(mask))
         if n_allowed == 0:
             return TopK.empty(n_queries)
@@ -431,11 +458,11 @@ def dense_topk(matrix: np.ndarray, queries: np.ndarray, mask: np.ndarray | None,
     if live.size:
         bound = row_norm_bound(matrix) if norm_bound is None else float(norm_bound)
         subset = queries if live.size == n_queries else queries[live]
-        query, row = _candidates(matrix, subset, mask, kept, k, score_windows(matrix, subset, bound))
+        query, row = _candidates(matrix, subset, mask, kept, k, score_windows(matrix, subset, bound), block)
         parts.append((live[query], row))
     if live.size < n_queries:
         zero = np.setdiff1d(np.arange(n_queries), live)
-        first = np.arange(k) if mask is None else np.flatnonzero(mask)[:k]
+        first = np.arange(k) if mask is None else (np.flatnonzero(mask) if kept is None else kept)[:k]
         parts.append((np.repeat(zero, k), np.tile(first, zero.size)))
     query, row = (np.concatenate(p) for p in zip(*parts))
     return _best(query, row, exact_scores(matrix, queries, query, row), k, n_queries)

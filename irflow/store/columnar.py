@@ -155,10 +155,10 @@ class StringColumn(Sequence[str]):
         if index and (min(index) < 0 or max(index) >= n):
             if min(index) < -n or max(index) >= n:
                 raise IndexError(f"row out of range 0..{n - 1}")
-            rows = np.asarray([r + n if r < 0 else r for r in index], dtype=np.int64)
-        view = self._view
-        try:  # one comprehension, no call per row: this is per hit of every search
-            return [str(view[a:b], "utf-8") for a, b in zip(self.offsets[rows].tolist(), self.offsets[rows + 1].tolist())]
+            index = [r + n if r < 0 else r for r in index]
+        view, bound = self._view, self.offsets.item
+        try:  # one comprehension over a few rows (the hits of a search): item() beats two gathers there
+            return [view[bound(r):bound(r + 1)].tobytes().decode() for r in index]
         except UnicodeDecodeError as exc:
             raise CorpusError(f"{self.where} is not UTF-8 ({exc}); the corpus is damaged — rebuild it") from None
 
@@ -263,7 +263,12 @@ class JsonColumn(Sequence[Any]):
         return self._checked(self._loads(strings._decode(start, end - 1)), i)
 
     def take(self, rows: np.ndarray) -> list[Any]:
-        """The values at *rows* (int64 array), each decoded alone (or read from the decoded column)."""
+        """The values at *rows* (int64 array), each decoded alone (or read from the decoded column).
+
+        Alone: each row must hold exactly one value ending at its own comma,
+        so damage cannot hide across rows (one scan of the rows joined was
+        measured no faster once each row's bounds were checked).
+        """
         if self._values is not None:
             values = self._values
             return [values[r] for r in rows.tolist()]

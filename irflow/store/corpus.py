@@ -31,6 +31,7 @@ from irflow.kernels.filters import CompiledFilter
 from irflow.kernels.postings import Postings
 from irflow.kernels.text import Analyzer, get_analyzer
 from irflow.kernels.topk import TopK
+from irflow.store.gathered import GatheredVectors
 from irflow.store.generations import check_writable_root
 from irflow.store.masks import CandidateMasks
 from irflow.store.paths import HOME_ENV, is_corpus_name, resolve_corpus_path
@@ -86,7 +87,9 @@ class Corpus:
         self._embedder_info = embedder_info
         # What to resolve on first use: an Embedder, a spec string, a user callable/object, or None.
         self._query_embedder = LazyEmbedder(embedder)
-        self._masks = CandidateMasks(store, self._label(), remember=postings.remember_mask)
+        self._gathered = GatheredVectors()
+        self._masks = CandidateMasks(store, self._label(), remember=postings.remember_mask,
+                                     forget=self._gathered.discard)
         self._lock = threading.Lock()
 
     # -- row-aligned columns ------------------------------------------------------------
@@ -217,12 +220,8 @@ class Corpus:
             raise ValueError(f"hits needs one score per row, got {rows.size} rows and {scores.size} scores")
         if scores.size and np.isnan(scores).any():
             raise ValueError("a hit score must not be NaN")
-        store, name, kinds = self.store, self.name, self.store.kinds
-        # each column looked up once for the k rows (a stored corpus decodes only these rows' strings),
-        # then plain Python values (a fixed cost of every search())
-        artifact_ids, record_ids = store.artifact_ids_of(rows).tolist(), store.record_ids_of(rows).tolist()
-        codes, surface_indices = store.kind_codes_of(rows).tolist(), store.surface_indices_of(rows).tolist()
-        texts, metadata = store.texts_of(rows), store.metadata_of(rows)
+        name, kinds = self.name, self.store.kinds
+        artifact_ids, record_ids, codes, surface_indices, texts, metadata = self.store.hit_columns(rows)
         make = SearchHit._stored
         return [make(artifact_ids[i], kinds[codes[i]], score, texts[i], metadata[i], name, surface_indices[i],
                      record_ids[i])
@@ -319,7 +318,21 @@ class Corpus:
             raise EmbedderError(f"query vector {int(bad[0])} holds NaN or infinite values ({bad.size} of "
                                 f"{len(queries)} vectors); a query vector must be finite — check the embedder "
                                 f"({self._embedder_label()}) or the vectors passed in")
-        return _dense.dense_topk(vectors, queries, self._effective_mask(mask), fetch_k)
+        mask = self._effective_mask(mask)
+        return _dense.dense_topk(vectors, queries, mask, fetch_k, gathered=self._gathered_rows(mask, vectors))
+
+    def _gathered_rows(self, mask: np.ndarray | None, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """A selective filter's rows and their vectors, kept from its first dense query (None: not kept).
+
+        Only for masks this corpus made and still knows (read-only, and a
+        delete makes new ones; see :mod:`irflow.store.gathered`).
+        """
+        if mask is None:
+            return None
+        known, all_live = self._masks.known(mask)
+        if not known or all_live:
+            return None
+        return self._gathered.get(mask, vectors, max_fraction=_dense.GATHER_FRACTION_SINGLE)
 
     def bm25_topk(
         self,

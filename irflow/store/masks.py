@@ -74,11 +74,14 @@ class CandidateMasks:
     """The candidate masks of one corpus's store, with their cache and the warnings already given."""
 
     def __init__(self, store: CorpusStore, label: str,
-                 remember: Callable[[np.ndarray], None] | None = None) -> None:
+                 remember: Callable[[np.ndarray], None] | None = None,
+                 forget: Callable[[np.ndarray], None] | None = None) -> None:
         self.store = store
         self.label = label  # how messages name the corpus
         # called once with each read-only mask made that is not every live row (the kernels digest it once)
         self._remember = remember
+        # called with each mask this cache drops (evicted, or cleared by a delete): what was kept for it goes too
+        self._forget = forget
         self._columns: MetadataColumns | None = None
         self._masks: collections.OrderedDict[Any, np.ndarray] = collections.OrderedDict()
         self._masks_version = store.version
@@ -123,6 +126,7 @@ class CandidateMasks:
         with self._lock:
             version = self.store.version  # read before the live rows: a mask is never older than its label
             if self._masks_version != version:
+                self._dropped(self._masks.values())
                 self._masks.clear()
                 self._mask_facts.clear()
                 self._masks_version = version
@@ -152,9 +156,15 @@ class CandidateMasks:
             while len(self._masks) > MASK_CACHE_SIZE:
                 _, evicted = self._masks.popitem(last=False)
                 self._mask_facts.pop(id(evicted), None)
+                self._dropped([evicted])
         if not all_live and self._remember is not None:
             self._remember(mask)
         return mask
+
+    def _dropped(self, masks: Iterable[np.ndarray]) -> None:
+        if self._forget is not None:
+            for mask in masks:
+                self._forget(mask)
 
     def live_facts(self) -> tuple[int, np.ndarray | None]:
         """(number of live rows, the live mask or None while nothing is deleted), recounted only after a delete."""

@@ -95,6 +95,16 @@ def _rows(rows: Any) -> np.ndarray:
     return np.asarray(rows, dtype=np.int64).reshape(-1)
 
 
+def _strings(column: "StringColumn | np.ndarray | Sequence[str]", rows: np.ndarray) -> list[str]:
+    """The strings of a column (stored, an object array or a list) at *rows* (int64), as a list."""
+    if isinstance(column, StringColumn):
+        return column.take_list(rows)
+    if isinstance(column, np.ndarray):
+        found: list[str] = column[rows].tolist()
+        return found
+    return [column[row] for row in rows.tolist()]
+
+
 def _readonly(array: np.ndarray) -> np.ndarray:
     view = array.view()
     view.setflags(write=False)
@@ -351,10 +361,7 @@ class CorpusStore:
 
     def texts_of(self, rows: Any) -> list[str]:
         """Text of each row."""
-        texts = self._texts
-        if isinstance(texts, StringColumn):
-            return texts.take_list(_rows(rows))
-        return [texts[row] for row in _rows(rows).tolist()]
+        return _strings(self._texts, _rows(rows))
 
     def metadata_of(self, rows: Any) -> list[Mapping[str, Any]]:
         """Metadata mapping of each row (treat as read-only)."""
@@ -363,6 +370,18 @@ class CorpusStore:
             found: list[Mapping[str, Any]] = metadata.take(_rows(rows))
             return found
         return [metadata[row] for row in _rows(rows).tolist()]
+
+    def hit_columns(self, rows: np.ndarray) -> tuple[list[str], list[str], list[int], list[int], list[str],
+                                                     list[Mapping[str, Any]]]:
+        """Artifact ids, record ids, kind codes, surface indices, texts and metadata of *rows*, as lists.
+
+        *rows* an int64 array.  What a batch of hits reads, each column looked
+        up once for these rows only (a stored corpus decodes just their
+        strings): a fixed cost of every ``search()``.
+        """
+        return (self.artifact_ids_of(rows).tolist(), _strings(self._ids, rows),
+                self._kind_codes[rows].tolist(), self._surface_indices[rows].tolist(),
+                _strings(self._texts, rows), self.metadata_of(rows))
 
     def kind_codes_of(self, rows: Any) -> np.ndarray:
         """Surface kind code of each row (int32), indexing :attr:`kinds`."""

@@ -133,6 +133,7 @@ class _Scorer:
         self.dense_ok = False
         self.head_index, self.head = postings.head_columns()
         self._tokens: dict[str, tuple[int, int, int, int, float, float]] = {}  # see terms()
+        self._compiled_cache: dict[bool, tuple[np.ndarray, ...]] = {}  # see _compiled_arrays()
         if self.usable:
             self.norms, positive = _norms(postings, self.stats, params)
             # The dense path also evaluates rows lacking the term (tf = 0): allowed
@@ -387,16 +388,32 @@ class _Scorer:
                     how = 1
             ints.append((term.lo, term.hi, term.column, how))
             floats.append((term.weight * (self.k1 + 1.0), term.bound))
-        p = self.postings
-        mask = _NO_ROWS_MASK if self.mask is None else self.mask
-        kept, kept_head, kept_norms = (self.kept, self.kept_head, self.kept_norms) if via else \
-            (_NO_ROWS, _empty_columns(self.head), _NO_NORMS)
+        term_ints, term_floats = np.array(ints, dtype=np.int64), np.array(floats, dtype=np.float64)
+        term_ints.flags.writeable = False  # new arrays: frozen in place (numba's read-only signature)
+        term_floats.flags.writeable = False
         top: tuple[np.ndarray, np.ndarray] = compiled.topk(
-            _ro(np.array(ints, dtype=np.int64)), _ro(np.array(floats, dtype=np.float64)), _ro(p.post_rows),
-            _ro(p.post_tfs), _ro(self.norms), _ro(self.head), _ro(mask), _ro(kept), _ro(kept_head),
-            _ro(kept_norms), int(k), 1 if self.variant == "bm25l" else 0, float(self.k1), float(self.delta),
-            float(constant), _PRUNE_MARGIN, bool(self.prune_ok), int(kernel.COMPILED_BLOCK or compiled.BLOCK))
+            term_ints, term_floats, *self._compiled_arrays(via), int(k), 1 if self.variant == "bm25l" else 0,
+            float(self.k1), float(self.delta), float(constant), _PRUNE_MARGIN, bool(self.prune_ok),
+            int(kernel.COMPILED_BLOCK or compiled.BLOCK))
         return top
+
+    def _compiled_arrays(self, via: bool) -> tuple[np.ndarray, ...]:
+        """The scorer's fixed arrays as the compiled kernel takes them (read-only), made once per scorer.
+
+        Postings, norms, head columns, mask and — when a term is read from
+        the candidates' columns (``via``) — the candidates' rows, columns and
+        norms; a reused scorer hands the same views to every query.
+        """
+        arrays = self._compiled_cache.get(via)
+        if arrays is None:
+            p = self.postings
+            mask = _NO_ROWS_MASK if self.mask is None else self.mask
+            kept, kept_head, kept_norms = (self.kept, self.kept_head, self.kept_norms) if via else \
+                (_NO_ROWS, _empty_columns(self.head), _NO_NORMS)
+            arrays = tuple(_ro(a) for a in (p.post_rows, p.post_tfs, self.norms, self.head, mask, kept, kept_head,
+                                            kept_norms))
+            self._compiled_cache[via] = arrays
+        return arrays
 
     def _is_dense(self, term: _Term) -> bool:
         return self.dense_ok and self.size(term) > DENSE_TERM_FRACTION * self.postings.n_rows
