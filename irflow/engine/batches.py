@@ -73,6 +73,7 @@ def _sealed(array: np.ndarray) -> np.ndarray:
 # shared read-only empty columns (of inactive batches)
 _EMPTY_INT32, _EMPTY_INT64, _EMPTY_FLOAT64 = (_sealed(np.empty(0, t)) for t in (np.int32, np.int64, np.float64))
 _ONE_EMPTY_QUERY = _sealed(np.zeros(2, dtype=np.int64))  # the offsets of one query with no candidates
+_ONE_ORIGIN = _sealed(np.zeros(1, dtype=np.int32))  # the origin of a raw batch of one query
 
 #: Largest one-query batch whose offsets and ranks are shared (:func:`_one_query_ranks`).
 _SHARED_RANKS_MAX = 4096
@@ -184,8 +185,11 @@ class QueryBatch:
         # what the constructor makes of checked texts (origin 0..n-1, originals = texts), without
         # re-checking them: every run starts with one
         new = object.__new__(cls)
-        origin = np.arange(len(texts), dtype=np.int32)
-        origin.flags.writeable = False
+        if len(texts) == 1:  # one query (every search()): a shared, sealed origin
+            origin = _ONE_ORIGIN
+        else:
+            origin = np.arange(len(texts), dtype=np.int32)
+            origin.flags.writeable = False
         for name, value in (("texts", texts), ("origin", origin), ("originals", texts), ("_raw", True)):
             object.__setattr__(new, name, value)
         return new

@@ -280,12 +280,12 @@ class _Run:
             ("untraced plan", self.needed, self.values_key), make)
         outputs = self.outputs
         for step in steps:
-            name = step.name
-            if step.action == OFF:
-                outputs[name] = self._inactive() if self.pipeline.classes[name].output is CANDIDATES else INACTIVE
-            elif not _as_planned(outputs, step):
+            name, action = step.name, step.action
+            if action == OFF:
+                outputs[name] = self._inactive() if step.candidates else INACTIVE
+            elif (step.live or step.off) and not _as_planned(outputs, step):
                 self.execute(name)  # an upstream switched itself off: the general way
-            elif step.action == THROUGH:
+            elif action == THROUGH:
                 outputs[name] = outputs[step.source]
             else:  # inputs as planned: the stage's arguments are its planned-active upstreams' outputs
                 kwargs = {port: {s: outputs[s] for s in sources} if variadic else outputs[sources[0]]

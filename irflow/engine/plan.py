@@ -28,7 +28,9 @@ from typing import Any
 
 import attrs
 
+from irflow.engine.model import QUERY_NODE
 from irflow.engine.pipeline import Pipeline
+from irflow.engine.ports import CANDIDATES
 from irflow.engine.stage import Stage
 
 __all__ = ["Step", "plan_run", "when_holds", "OFF", "THROUGH", "RUN"]
@@ -44,10 +46,13 @@ class Step:
     name: str
     action: str
     source: str = ""  # THROUGH: the upstream whose output is this stage's output
-    live: tuple[str, ...] = ()  # THROUGH, RUN: upstreams planned active (checked at run time)
-    off: tuple[str, ...] = ()  # THROUGH, RUN: upstreams planned switched off (checked at run time)
+    # THROUGH, RUN: stage upstreams planned active / switched off (checked at run time; the query
+    # batch, never switched off, is not listed)
+    live: tuple[str, ...] = ()
+    off: tuple[str, ...] = ()
     # RUN: per bound port (name, variadic, upstreams: a variadic port's planned-active ones): its arguments
     ports: tuple[tuple[str, bool, tuple[str, ...]], ...] = ()
+    candidates: bool = False  # OFF: the stage outputs Candidates (an inactive batch), else INACTIVE
 
 
 def when_holds(when: Sequence[tuple[str, Sequence[Any]]], values: Mapping[str, Any]) -> bool:
@@ -71,10 +76,10 @@ def plan_run(pipeline: Pipeline, stages: Mapping[str, Stage], needed: Sequence[s
                 active = False
         if not active:
             off.add(name)
-            steps.append(Step(name, OFF))
+            steps.append(Step(name, OFF, candidates=pipeline.classes[name].output is CANDIDATES))
             continue
         through = stages[name].passes_through({port: len(sources) for port, sources in live.items()})
-        bound = [s for *_, sources in ports for s in sources]
+        bound = [s for *_, sources in ports for s in sources if s != QUERY_NODE]
         planned_live, planned_off = tuple(s for s in bound if s not in off), tuple(s for s in bound if s in off)
         single = {port: sources for port, variadic, _minimum, _required, sources in ports if not variadic}
         if through is not None and live.get(through):
