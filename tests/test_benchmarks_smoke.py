@@ -60,3 +60,11 @@ def test_pipeline_quick_runs_and_the_kernels_give_the_same_hits():
                       r"search\(\) single (\w+)", out)
     assert agree is not None, out
     assert agree.group(1) == agree.group(2) == agree.group(3) == agree.group(4) and agree.group(5) == "yes", out
+
+
+@pytest.mark.slow
+def test_sgemm_layout_runs():
+    out = _run("sgemm_layout.py", "--rows", "5000", "--dim", "16", "--batches", "8", "--repeats", "1")
+    assert "OPENBLAS_CORETYPE=" in out
+    line = next(x for x in out.splitlines() if x.startswith("batch 8:"))
+    assert all(name in line for name in ("tiles rows x queries", "tiles queries x rows", "whole queries x rows"))
