@@ -21,10 +21,11 @@ per layout, interleaved; ms per query.  Run it under each kernel setting:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -72,6 +73,16 @@ def faiss_search(matrix: np.ndarray, queries: np.ndarray) -> dict[str, Callable[
     return {"faiss search": lambda: index.search(queries, 10) and None}
 
 
+def one_blas_thread() -> Any:
+    """BLAS limited to one thread while inside (threadpoolctl, the bench extra's; without it, as set)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        print("  (threadpoolctl not installed: BLAS runs with its own thread count)")
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000)
@@ -84,9 +95,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     matrix = rng.standard_normal((args.rows, args.dim)).astype(np.float32)
     print(f"{args.rows} rows x {args.dim} float32; one BLAS thread; CPU ms per query, median of {args.repeats}")
-    from threadpoolctl import threadpool_limits  # the bench extra's
-
-    with threadpool_limits(limits=1):
+    with one_blas_thread():
         for batch in (int(b) for b in args.batches.split(",")):
             queries = rng.standard_normal((batch, args.dim)).astype(np.float32)
             runs = {**layouts(matrix, queries), **faiss_search(matrix, queries)}
