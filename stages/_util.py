@@ -10,12 +10,6 @@ import numpy as np
 from irflow.engine import Candidates, QueryBatch, Scale
 
 
-_ONE_TEXT = np.zeros(1, dtype=np.int64)  # the inverse of a one-text batch, shared: a view of a read-only
-_ONE_TEXT.flags.writeable = False  # array, which numpy refuses to make writeable again
-_ONE_TEXT = _ONE_TEXT.view()
-_ONE_TEXT.flags.writeable = False
-
-
 def unique_texts(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:
     """Distinct texts in first-seen order and, per text, the index of its distinct text.
 
@@ -24,7 +18,7 @@ def unique_texts(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:
     (not over candidates): small, and dict-based dedup keeps first-seen order.
     """
     if len(texts) == 1:  # one query (every search())
-        return [texts[0]], _ONE_TEXT
+        return [texts[0]], np.zeros(1, dtype=np.int64)
     index: dict[str, int] = {}
     inverse = np.fromiter((index.setdefault(t, len(index)) for t in texts), dtype=np.int64, count=len(texts))
     return list(index), inverse
@@ -55,7 +49,7 @@ def spread(topk: Any, inverse: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
 def channel(queries: QueryBatch, topk: Any, inverse: np.ndarray, scale: Scale, name: str) -> Candidates:
     """A first-stage channel's Candidates from its kernel's TopK over the distinct texts (see :func:`spread`),
     with the ``<name>.score`` / ``<name>.rank`` provenance."""
-    return Candidates._grouped(queries, *spread(topk, inverse), scale).with_channel_columns(name)
+    return Candidates.already_ranked(queries, *spread(topk, inverse), scale).with_channel_columns(name)
 
 
 def empty_channel(queries: QueryBatch, scale: Scale, name: str) -> Candidates:

@@ -156,7 +156,7 @@ def _chosen(name: str, candidates: Candidates, root: QueryBatch, chosen: np.ndar
         column.flags.writeable = False  # as a batch's columns are, so they are taken as they are
     columns = {f"{name}.merged": merged, f"{name}.input_rank": input_rank, f"{name}.subquery": subquery}
     if root is candidates.queries:  # no formulated texts: the query index is the origin, taken as it is
-        return candidates._take_grouped(chosen, columns)  # chosen: ordered by query, then rank
+        return candidates.take(chosen, columns)  # chosen: ordered by query, then rank
     columns.update((n, column[chosen]) for n, column in candidates.provenance.items())
     return Candidates(root, candidates.origin_index[chosen], candidates.row[chosen], candidates.score[chosen],
                       candidates.scale, columns)

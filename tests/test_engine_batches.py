@@ -260,3 +260,17 @@ def test_the_columns_one_query_batches_share_cannot_be_made_writeable(size):
     for column in (batch.rank, batch.offsets, inactive.row, inactive.offsets, inactive.rank):
         with pytest.raises(ValueError):
             column.flags.writeable = True
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(0, 6), min_size=1, max_size=4), seed=st.integers(0, 99))
+def test_already_ranked_columns_make_the_batch_the_checked_constructor_makes(sizes, seed):
+    rng = np.random.default_rng(seed)
+    queries = QueryBatch.of([f"q{i}" for i in range(len(sizes))])
+    query_index = np.repeat(np.arange(len(sizes)), sizes)
+    row, score = rng.integers(0, 50, query_index.size), -np.sort(-rng.random(query_index.size))
+    trusted = Candidates.already_ranked(queries, query_index, row, score, Scale.COSINE)
+    assert trusted == Candidates(queries, query_index, row, score, Scale.COSINE)
+    assert trusted.rank.tolist() == Candidates(queries, query_index, row, score, Scale.COSINE).rank.tolist()
+    with pytest.raises(ValueError, match="NaN"):
+        Candidates.already_ranked(queries, [0], [1], [np.nan], Scale.COSINE)

@@ -379,14 +379,15 @@ class Candidates:
         return new
 
     @classmethod
-    def _grouped(cls, queries: QueryBatch, query_index: np.ndarray, row: np.ndarray, score: np.ndarray,
-                 scale: Scale) -> "Candidates":
-        """A batch of columns grouped by query and ranked by construction: a kernel's TopK, spread over a batch.
+    def already_ranked(cls, queries: QueryBatch, query_index: Any, row: Any, score: Any,
+                       scale: Scale) -> "Candidates":
+        """A batch of columns already grouped by query and ranked: a kernel's TopK, spread over a batch.
 
         Converted (int32 / int64 / float64, frozen) and checked for NaN
-        scores only: a TopK is grouped and ranked when it is built, so the
-        constructor's other checks would cost more than they find (every
-        channel of every run makes one).
+        scores only — the caller vouches for the grouping (a TopK is grouped
+        and ranked when it is built), which the constructor would check at
+        a cost every channel of every run pays.  For columns in any order
+        use :meth:`ranked`.
         """
         new = object.__new__(cls)
         score = frozen_array(score, np.float64)
