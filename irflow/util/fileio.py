@@ -18,7 +18,8 @@ file left behind by a failed write.
 - :func:`atomic_writer` / :func:`write_atomic` write a temporary file in the
   target's directory, fsync it and ``os.replace`` it over the target: a
   reader sees the old file or the new one, never half of one, and a failed
-  write leaves the old file as it was.
+  write leaves the old file as it was.  They refuse a path inside an irflow
+  corpus (:mod:`irflow.util.corpusmarks`).
 
 >>> loads_json('{"a": [1, 2]}', "--filter")
 {'a': [1, 2]}
@@ -45,6 +46,7 @@ from typing import IO, Any
 import numpy as np
 
 from irflow.errors import InputError, OutputError
+from irflow.util.corpusmarks import refuse_inside_corpus
 
 __all__ = [
     "MAX_NESTING",
@@ -288,8 +290,13 @@ def _fsync_directory(directory: Path) -> None:
     os.close(fd)
 
 
+def _temp_name(target: Path) -> str:
+    """The temporary file of a write of ``<name>``: ``.<name>.<pid>.<8 hex>.tmp`` (the writer's process id in it)."""
+    return f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+
+
 @contextlib.contextmanager
-def atomic_writer(path: str | os.PathLike[str], what: str = "file") -> Iterator[IO[bytes]]:
+def atomic_writer(path: str | os.PathLike[str], what: str = "file", *, corpus_file: bool = False) -> Iterator[IO[bytes]]:
     """A binary handle whose content replaces ``path`` atomically when the block ends without error.
 
     The content goes to a new temporary file in ``path``'s directory, is
@@ -300,12 +307,19 @@ def atomic_writer(path: str | os.PathLike[str], what: str = "file") -> Iterator[
     ``path`` and the fix.  A new file gets the usual permissions (umask);
     an existing file keeps its mode.
 
+    A path inside an irflow corpus, or a sharded one, is refused
+    (:class:`OutputError`, before anything is written): a user's output
+    never lands in a corpus.  ``corpus_file=True`` lifts that for a
+    corpus's own files only (the shard manifest and rows files).
+
     >>> with atomic_writer("run.jsonl", "trace") as out:  # doctest: +SKIP
     ...     out.write(b"...")
     """
     target = Path(path)
+    if not corpus_file:
+        refuse_inside_corpus(target, what)
     directory = target.parent
-    tmp = directory / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    tmp = directory / _temp_name(target)
     try:
         if target.is_dir():
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(target))
@@ -341,9 +355,10 @@ def _output_reason(error: OSError, target: Path) -> str:
     return text.split(": ", 1)[1] if ": " in text else text
 
 
-def write_atomic(path: str | os.PathLike[str], data: str | bytes, what: str = "file") -> Path:
+def write_atomic(path: str | os.PathLike[str], data: str | bytes, what: str = "file", *,
+                 corpus_file: bool = False) -> Path:
     """Write ``data`` (str as UTF-8) to ``path`` atomically (see :func:`atomic_writer`); returns the path."""
     payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    with atomic_writer(path, what) as handle:
+    with atomic_writer(path, what, corpus_file=corpus_file) as handle:
         handle.write(payload)
     return Path(path)
