@@ -19,7 +19,8 @@ file left behind by a failed write.
   target's directory, fsync it and ``os.replace`` it over the target: a
   reader sees the old file or the new one, never half of one, and a failed
   write leaves the old file as it was.  They refuse a path inside an irflow
-  corpus (:mod:`irflow.util.corpusmarks`).
+  corpus (:mod:`irflow.util.corpusmarks`), and remove what writers of the
+  same target that were killed mid-write left behind.
 
 >>> loads_json('{"a": [1, 2]}', "--filter")
 {'a': [1, 2]}
@@ -63,6 +64,7 @@ __all__ = [
     "shown",
     "atomic_writer",
     "write_atomic",
+    "remove_stale_temps",
     "explain_os_error",
 ]
 
@@ -295,6 +297,53 @@ def _temp_name(target: Path) -> str:
     return f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
 
 
+def _writer_gone(pid: int) -> bool:
+    """True when no process ``pid`` runs on this machine (a live one, whoever owns it, keeps its file)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return True
+    except (OverflowError, ValueError):  # no process can have such a number
+        return True
+    except OSError:  # EPERM: it exists, another user's
+        return False
+    return False
+
+
+def remove_stale_temps(target: Path) -> list[Path]:
+    """Remove the temporary files that killed writers of ``target`` left beside it; returns them.
+
+    Only names :func:`atomic_writer` makes for this very target
+    (``.<name>.<pid>.<8 hex>.tmp``), only regular files (not a link, not a
+    folder), and only when process ``<pid>`` is gone; a live writer's file
+    stays.  Best effort: what cannot be listed or removed is left.  POSIX
+    only — elsewhere asking after a process by its id could end it — and the
+    process ids are this machine's (a writer on another machine sharing the
+    folder is not seen).
+    """
+    if os.name != "posix":
+        return []
+    pattern = re.compile(rf"^\.{re.escape(target.name)}\.(\d{{1,20}})\.[0-9a-f]{{8}}\.tmp\Z")
+    prefix = f".{target.name}."
+    removed: list[Path] = []
+    try:
+        with os.scandir(target.parent) as listing:
+            entries = list(listing)
+    except OSError:
+        return []
+    for entry in entries:
+        match = pattern.match(entry.name) if entry.name.startswith(prefix) else None
+        if match is None:
+            continue
+        with contextlib.suppress(OSError):
+            if entry.is_file(follow_symlinks=False) and _writer_gone(int(match.group(1))):
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_writer(path: str | os.PathLike[str], what: str = "file", *, corpus_file: bool = False) -> Iterator[IO[bytes]]:
     """A binary handle whose content replaces ``path`` atomically when the block ends without error.
@@ -310,7 +359,9 @@ def atomic_writer(path: str | os.PathLike[str], what: str = "file", *, corpus_fi
     A path inside an irflow corpus, or a sharded one, is refused
     (:class:`OutputError`, before anything is written): a user's output
     never lands in a corpus.  ``corpus_file=True`` lifts that for a
-    corpus's own files only (the shard manifest and rows files).
+    corpus's own files only (the shard manifest and rows files).  Before
+    writing, the temporary files of earlier writers of ``path`` that were
+    killed are removed (:func:`remove_stale_temps`).
 
     >>> with atomic_writer("run.jsonl", "trace") as out:  # doctest: +SKIP
     ...     out.write(b"...")
@@ -319,6 +370,7 @@ def atomic_writer(path: str | os.PathLike[str], what: str = "file", *, corpus_fi
     if not corpus_file:
         refuse_inside_corpus(target, what)
     directory = target.parent
+    remove_stale_temps(target)
     tmp = directory / _temp_name(target)
     try:
         if target.is_dir():
