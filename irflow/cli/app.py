@@ -121,7 +121,7 @@ def _set_label(name: str, value: Any) -> str:
 def _json_value(raw: str, where: str) -> Any:
     """``raw`` parsed as JSON within irflow's nesting and number limits (a clear usage error beyond them)."""
     try:
-        return loads_json(raw, where)
+        return loads_json(raw, where, unique_keys=True)  # written by hand: a key named twice is a mistake
     except InputError as error:
         raise click.BadParameter(str(error)) from None
 

@@ -239,15 +239,40 @@ def too_many_digits() -> str:
     return f"a number has more than {limit} digits, the limit Python reads; write a smaller number"
 
 
-def loads_json(text: str, where: str, *, max_depth: int = MAX_NESTING, error: Callable[[str], Exception] = InputError) -> Any:
+class _DuplicateKey(Exception):
+    """A JSON object names a key twice (raised inside ``json.loads``; not a ValueError, so it is told apart)."""
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def loads_json(text: str, where: str, *, max_depth: int = MAX_NESTING, error: Callable[[str], Exception] = InputError,
+               unique_keys: bool = False) -> Any:
     """``json.loads(text)`` within a nesting limit; ``error`` for too deep or too long numbers.
 
-    Syntax errors stay :class:`json.JSONDecodeError`, for the caller to word
-    in its context (a line number, an option name).
+    With ``unique_keys`` an object that names a key twice is refused too
+    (``json.loads`` keeps the last without a word): for values a user writes
+    by hand, such as ``--set`` and ``--filter``.  Syntax errors stay
+    :class:`json.JSONDecodeError`, for the caller to word in its context (a
+    line number, an option name).
+
+    >>> loads_json('{"k": 1, "k": 2}', "--set filter", unique_keys=True)
+    Traceback (most recent call last):
+    ...
+    irflow.errors.InputError: --set filter: the key 'k' appears twice in one object; JSON would keep only the last value — remove one
     """
     check_json_depth(text, where, limit=max_depth, error=error)
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_object if unique_keys else None)
+    except _DuplicateKey as duplicate:
+        raise error(f"{where}: the key {duplicate.args[0]!r} appears twice in one object; JSON would keep only the "
+                    "last value — remove one") from None
     except json.JSONDecodeError:
         raise
     except RecursionError:
