@@ -31,6 +31,7 @@ from irflow.cli.app import main
 from irflow.cli.quickstart import run_demo
 from irflow.engine.recipe import load_recipe
 from irflow.errors import OutputError
+from irflow.evaluation.datasets import load_beir
 from irflow.evaluation.evaluate import evaluate_runs
 from irflow.evaluation.trec import write_trec_run
 from irflow.shard.manifest import shard_dir_name
@@ -241,6 +242,24 @@ def test_cli_eval_refuses_a_run_folder_inside_a_corpus_before_evaluating(corpora
     assert result.exit_code == 1, result.output
     _expect_refusal(result.output, corpora, "C")
     assert_unchanged(corpora)
+
+
+def test_an_evaluation_cache_inside_a_corpus_is_refused_before_anything_is_made(corpora, tmp_path):
+    collection = tmp_path / "tiny"
+    (collection / "qrels").mkdir(parents=True)
+    (collection / "corpus.jsonl").write_text('{"_id": "d1", "title": "zip", "text": "unpack zip archives"}\n')
+    (collection / "queries.jsonl").write_text('{"_id": "q1", "text": "unpack zip"}\n')
+    (collection / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    with pytest.raises(OutputError) as caught:
+        irflow.evaluate(["lexical"], load_beir(collection), metrics="ndcg@10",
+                        cache_dir=corpora["C"] / "gen-000001" / "cache")
+    _expect_refusal(str(caught.value), corpora, "C")
+    assert_unchanged(corpora)
+    # outside a corpus: evaluated, runs written
+    result = CliRunner().invoke(main, ["eval", "lexical", "--dataset", str(collection), "--metrics", "ndcg@10",
+                                       "--no-cache", "--runs", str(tmp_path / "runs")])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["lexical.run", "runs.json"]
 
 
 def test_run_folders_outside_corpora_are_written(evaluation, tmp_path):
