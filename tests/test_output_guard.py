@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bare checkout)
 import irflow
 from irflow.cli.app import main
-from irflow.cli.quickstart import run_demo
+from irflow.cli.quickstart import installed_corpus, run_demo
 from irflow.engine.recipe import load_recipe
 from irflow.errors import OutputError
 from irflow.evaluation.datasets import load_beir
@@ -260,6 +260,14 @@ def test_an_evaluation_cache_inside_a_corpus_is_refused_before_anything_is_made(
                                        "--no-cache", "--runs", str(tmp_path / "runs")])
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["lexical.run", "runs.json"]
+
+
+def test_an_irflow_home_inside_a_corpus_gets_no_demo_cache_there(corpora, monkeypatch):
+    monkeypatch.setenv("IRFLOW_HOME", str(corpora["C"] / "gen-000001" / "home"))
+    with pytest.raises(OutputError) as caught:
+        installed_corpus(embedder="hash", cache=True)
+    _expect_refusal(str(caught.value), corpora, "C")
+    assert_unchanged(corpora)
 
 
 def test_run_folders_outside_corpora_are_written(evaluation, tmp_path):
