@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,8 @@ from irflow.evaluation.datasets import load_beir
 from irflow.evaluation.evaluate import evaluate_runs
 from irflow.evaluation.trec import write_trec_run
 from irflow.shard.manifest import shard_dir_name
+import irflow.shard.ray_backend as ray_backend
+from irflow.shard.ray_backend import ray_temp_dir
 from irflow.store.corpus import build
 from irflow.util.corpusmarks import CORPUS, FIRST_SHARD, SHARDED_CORPUS, corpus_kind, enclosing_corpus
 from irflow.util.fileio import atomic_writer, write_atomic
@@ -268,6 +271,26 @@ def test_an_irflow_home_inside_a_corpus_gets_no_demo_cache_there(corpora, monkey
         installed_corpus(embedder="hash", cache=True)
     _expect_refusal(str(caught.value), corpora, "C")
     assert_unchanged(corpora)
+
+
+def test_an_irflow_home_inside_a_corpus_gets_no_ray_folder_there(corpora, monkeypatch):
+    short = Path(tempfile.mkdtemp(prefix="g", dir="/tmp" if os.path.isdir("/tmp") else None))
+    try:
+        shutil.copytree(corpora["C"], short / "C")  # a short path: Ray's folder goes under $IRFLOW_HOME only then
+        before = tree(short / "C")
+        monkeypatch.setenv("IRFLOW_HOME", str(short / "C" / "h"))
+        assert ray_temp_dir() == short / "C" / "h" / "ray"
+
+        def never() -> None:
+            raise AssertionError("Ray would be started")
+
+        monkeypatch.setattr(ray_backend, "require_ray", never)
+        with pytest.raises(OutputError, match="inside the irflow corpus") as caught:
+            ray_backend.start_local_cluster(num_cpus=1)  # refused before Ray is imported or started
+        assert os.path.realpath(short / "C") in str(caught.value)
+        assert tree(short / "C") == before
+    finally:
+        shutil.rmtree(short)
 
 
 def test_run_folders_outside_corpora_are_written(evaluation, tmp_path):
