@@ -10,7 +10,7 @@ the shard's first row plus the local row, and ties break by global row,
 exactly as on one machine.
 
 Each shard is an ordinary corpus directory written through the store layer
-(``save_corpus``, or ``build`` when sharding records): its records and
+(``save_corpus``; records are first ``build``-t in memory): its records and
 ledger, its own BM25 postings (the same tokens: the same analyzer), its
 rows of the vector matrix bit for bit (or the same embedder over the same
 texts, which gives the same bits), and its tombstones (a deleted row stays
