@@ -126,7 +126,7 @@ class ArgumentError(InputError, TypeError):
 
 
 class OutputError(IrflowError, OSError):
-    """A file could not be written (a missing or read-only folder, a full disk); names the file and the fix.
+    """A file could not be written (a missing or read-only folder, a full disk, a path inside a corpus); names it and the fix.
 
     Nothing was changed: irflow writes through a temporary file renamed into
     place, so the previous file, if any, is intact.  Also an ``OSError``.

@@ -28,7 +28,9 @@ import irflow.engine.registry as registry
 from irflow.api.expand import expand as expand_hits
 from irflow.kernels.bm25 import BM25Params
 from irflow.store.corpus import build
-from irflow.errors import CorpusError, FilterError, NoLedgerEntry, UnknownFieldWarning, UnknownSurfaceWarning
+from irflow.errors import (CorpusError, FilterError, NoLedgerEntry, OutputError, UnknownFieldWarning,
+                           UnknownSurfaceWarning)
+from irflow.store.persist import save_corpus
 from irflow.engine.recipe import builtin_recipes, load_recipe
 from irflow.shard import ShardedCorpus, open_corpus, plan_shards, shard
 from irflow.shard.manifest import MANIFEST_FILE
@@ -416,7 +418,10 @@ def test_a_missing_or_unlisted_shard_refuses_to_open(sharded_dir):
 
 
 def test_a_rebuilt_shard_or_no_manifest_refuses_to_open(sharded_dir):
-    build(records(3), embedder="hash", path=sharded_dir / "shard-001")  # replaced behind the manifest's back
+    # replaced behind the manifest's back, through the store layer (build(path=...) refuses a path in a sharded corpus)
+    part = build(records(3), embedder="hash")
+    save_corpus(sharded_dir / "shard-001", store=part.store, postings=part.postings, vectors=part.vectors,
+                analyzer=part.analyzer.to_dict(), embedder=part.embedder_info)
     with pytest.raises(CorpusError, match="shard 1 .* is not the shard the manifest lists"):
         ShardedCorpus.open(sharded_dir)
     (sharded_dir / MANIFEST_FILE).unlink()
@@ -429,7 +434,7 @@ def test_resharding_replaces_the_shards(sharded_dir):
     with shard(single, 2, sharded_dir) as fewer:
         assert fewer.n_shards == 2 and not (sharded_dir / "shard-002").exists()
         assert irflow.search(fewer, "python", mode="hybrid") == irflow.search(single, "python", mode="hybrid")
-    with pytest.raises(CorpusError, match="not empty and not a sharded corpus"):
+    with pytest.raises(OutputError, match="is inside the irflow sharded corpus"):
         shard(single, 2, sharded_dir / "shard-000")
 
 

@@ -43,6 +43,7 @@ from irflow.evaluation.evaluate import evaluate, holdout_split
 from irflow.kernels.embedders import cli_default_embedder
 from irflow.shard import open_corpus  # plain and sharded corpora alike
 from irflow.store.corpus import build
+from irflow.util.corpusmarks import CORPUS, refuse_inside_corpus
 from irflow.util.fileio import explain_os_error, loads_json
 from irflow.util.table import render_table
 
@@ -120,7 +121,7 @@ def _set_label(name: str, value: Any) -> str:
 def _json_value(raw: str, where: str) -> Any:
     """``raw`` parsed as JSON within irflow's nesting and number limits (a clear usage error beyond them)."""
     try:
-        return loads_json(raw, where)
+        return loads_json(raw, where, unique_keys=True)  # written by hand: a key named twice is a mistake
     except InputError as error:
         raise click.BadParameter(str(error)) from None
 
@@ -180,6 +181,7 @@ def _one_line_warnings() -> Iterator[None]:
 def index(input_path: Path, out: Path, embedder: str | None, analyzer: str | None, name: str | None, title_mode: str,
           skip_bad: bool, progress: bool | None, as_json: bool) -> None:
     """Build a corpus from INPUT.jsonl (one record or BEIR document per line) into --out."""
+    refuse_inside_corpus(out, "corpus", replacing=CORPUS)  # said before the records are read
     show = sys.stderr.isatty() if progress is None else progress
     found = read_record_file(input_path, title_mode=title_mode, progress=show)
     if found.bad and not skip_bad:
@@ -247,6 +249,8 @@ def _hits_table(hits: Sequence[Any]) -> str:
 def run(recipe: str, corpus_path: str, queries: tuple[str, ...], settings: dict[str, Any], trace_path: Path | None,
         as_json: bool, explain_n: int, ray: str | None) -> None:
     """Run RECIPE (a file or a built-in name) on a corpus (plain or sharded) and print the hits."""
+    if trace_path is not None:
+        refuse_inside_corpus(trace_path, "trace")  # said before the run, not after it
     the_recipe = load_recipe(recipe)
     corpus = open_corpus(corpus_path, ray=ray)
     try:
@@ -402,6 +406,8 @@ def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: st
                  depth: int, batch_size: int, holdout: str | None, holdout_seed: int, baseline: str | None,
                  runs_dir: Path | None, cache: bool, progress: bool | None, as_json: bool, ray: str | None) -> None:
     """Evaluate RECIPEs (files or built-in names) on a test collection and print the metrics."""
+    if runs_dir is not None:
+        refuse_inside_corpus(runs_dir, "run folder")  # said before the evaluation, not after it
     show = sys.stderr.isatty() if progress is None else progress
     collection = load_beir(dataset, split)
     queries = None

@@ -25,6 +25,7 @@ from irflow.cli.installed import distribution_records
 from irflow.store.paths import irflow_home
 from irflow.store.persist import FORMAT_VERSION
 from irflow.engine.recipe import load_recipe
+from irflow.util.corpusmarks import CORPUS, refuse_inside_corpus
 from irflow.util.table import render_table
 from irflow.kernels.text import get_analyzer
 
@@ -68,6 +69,7 @@ def installed_corpus(*, embedder: Any = "hash", cache: bool = False, progress: b
             return open_corpus(path, embedder=the_embedder)
         except CorpusError as error:  # an interrupted or foreign entry: rebuild rather than fail
             logger.warning("the cached demo corpus %s cannot be opened (%s); rebuilding it", path, error)
+    refuse_inside_corpus(path, "demo corpus", replacing=CORPUS)  # before its folders are made
     path.parent.mkdir(parents=True, exist_ok=True)
     return build(records, embedder=the_embedder, path=path, progress=progress)
 
@@ -96,6 +98,8 @@ def run_demo(
     takes the command line's default (:func:`irflow.kernels.embedders.cli_default_embedder`);
     ``cache`` keeps the embedded corpus for the next run (see :func:`installed_corpus`).
     """
+    if trace_path is not None:
+        refuse_inside_corpus(trace_path, "trace")  # said before the corpus is built, not after the run
     queries = list(queries) or list(EXAMPLE_QUERIES)
     if embedder is None:
         embedder, note = cli_default_embedder()

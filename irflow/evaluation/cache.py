@@ -38,6 +38,7 @@ from typing import Any, Literal
 import attrs
 
 from irflow.util.cachekey import UnkeyableError, stable_digest
+from irflow.util.corpusmarks import CORPUS, refuse_inside_corpus
 from irflow.store.corpus import Corpus, build, open_corpus
 from irflow.evaluation.datasets import Collection
 from irflow.kernels.embedders import Embedder, resolve_embedder
@@ -162,6 +163,7 @@ def corpus_for(
             return open_corpus(path, embedder=the_embedder), CorpusSource("cached", path, key)
         except CorpusError as error:  # an interrupted or foreign entry: rebuild rather than fail
             log.warning("the cached corpus %s cannot be opened (%s); rebuilding it", path, error)
+    refuse_inside_corpus(path, "evaluation corpus", replacing=CORPUS)  # before its folders are made
     path.parent.mkdir(parents=True, exist_ok=True)
     log.info("building the corpus of %s into %s", collection.name, path)
     corpus = build(records, embedder=the_embedder, analyzer=the_analyzer, path=path, progress=progress,

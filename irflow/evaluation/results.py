@@ -23,6 +23,8 @@ from irflow.evaluation.cache import CorpusSource
 from irflow.evaluation.trec import write_trec_run
 from irflow.evaluation.metrics import EvaluationError, parse_metrics
 from irflow.evaluation.significance import CORRECTIONS, DEFAULT_PERMUTATIONS, Comparison, compare_many
+from irflow.util.corpusmarks import refuse_inside_corpus
+from irflow.util.fileio import write_atomic
 from irflow.util.table import render_table
 
 __all__ = ["SystemResult", "Evaluation", "Comparisons"]
@@ -110,11 +112,9 @@ def _jsonable(value: Any) -> Any:
     return repr(value)
 
 
-def _write_json(path: Path, data: Any) -> None:
-    # write then rename, like the run files, so a reader never sees half a manifest
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+def _write_json(path: Path, data: Any, what: str) -> None:
+    # atomic like the run files (a reader never sees half a manifest), and never inside a corpus
+    write_atomic(path, json.dumps(data, indent=2) + "\n", what)
 
 
 def _nan_to_one(p: float | None) -> float:
@@ -280,8 +280,11 @@ class Evaluation:
         ``hybrid_rrf_k=10_.run``); the tag is the label unless ``tag`` is given.
         ``runs.json`` beside them records how they were made: ``summary()``
         plus each label's file (a TREC run file has no room for a header).
+        A folder that is or lies inside an irflow corpus is refused
+        (:class:`~irflow.errors.OutputError`) before anything is written.
         """
         root = Path(directory)
+        refuse_inside_corpus(root, "run folder")  # before the folder is made: nothing inside a corpus changes
         root.mkdir(parents=True, exist_ok=True)
         written: dict[str, Path] = {}
         used: set[str] = set()
@@ -296,7 +299,7 @@ class Evaluation:
             write_trec_run(path, system.run, tag=tag or candidate)
             written[system.label] = path
         manifest = {**self.summary(), "files": {label: path.name for label, path in written.items()}}
-        _write_json(root / "runs.json", manifest)
+        _write_json(root / "runs.json", manifest, "runs manifest")
         return written
 
     def __str__(self) -> str:

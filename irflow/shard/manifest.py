@@ -36,14 +36,17 @@ import attrs
 import numpy as np
 
 from irflow.errors import CorpusError
+from irflow.util.corpusmarks import SHARDED_FORMAT, SHARDS_FILE
 from irflow.util.fileio import write_atomic
 from irflow.store.generations import checksum
 
 __all__ = ["MANIFEST_FILE", "FORMAT_NAME", "FORMAT_VERSION", "ShardEntry", "ShardManifest", "read_manifest",
            "write_manifest", "is_sharded", "shard_dir_name", "SHARD_DIR_RE"]
 
-MANIFEST_FILE = "shards.json"
-FORMAT_NAME = "irflow-sharded-corpus"
+# the manifest's name and format (written first) mark a sharded corpus: irflow.util.corpusmarks holds them, where
+# the writers of a user's files look for them
+MANIFEST_FILE = SHARDS_FILE
+FORMAT_NAME = SHARDED_FORMAT
 FORMAT_VERSION = 1
 #: The names irflow gives shard directories (and the only ones it ever removes).
 SHARD_DIR_RE = re.compile(r"^shard-(\d{3,})\Z")
@@ -53,7 +56,7 @@ MANIFEST_LIMIT = 16 << 20
 
 
 def shard_dir_name(index: int) -> str:
-    """``shard-007`` for shard 7."""
+    """``shard-007`` for shard 7 (``shard-000``, :data:`~irflow.util.corpusmarks.FIRST_SHARD`, for shard 0)."""
     return f"shard-{index:03d}"
 
 
@@ -131,7 +134,8 @@ def is_sharded(root: str | Path) -> bool:
 
 def write_manifest(root: Path, manifest: ShardManifest) -> None:
     """Write the manifest atomically (the last step of sharding: before it, there is no sharded corpus)."""
-    write_atomic(root / MANIFEST_FILE, manifest.to_json(), "shard manifest")
+    # the sharded corpus's own file, written over the old one on a reshard: the one write allowed inside it
+    write_atomic(root / MANIFEST_FILE, manifest.to_json(), "shard manifest", corpus_file=True)
 
 
 def _bad(path: Path, what: str) -> CorpusError:

@@ -46,6 +46,7 @@ from typing import Any, Callable, Iterator, Sequence
 import attrs
 
 from irflow.errors import IrflowError, ShardUnavailableError
+from irflow.util.corpusmarks import refuse_inside_corpus
 from irflow.util.extras import install_hint
 from irflow.store.paths import irflow_home
 from irflow.shard.backend import Call
@@ -148,6 +149,7 @@ def start_local_cluster(*, num_cpus: int | None = None, object_store_memory: int
     """Start a contained local Ray cluster and connect this process to it (see the module docstring)."""
     global _started_here
     temp = ray_temp_dir()
+    refuse_inside_corpus(temp, "Ray folder")  # sessions, logs and sockets: never inside a corpus ($IRFLOW_HOME there)
     home = temp / "home"
     home.mkdir(parents=True, exist_ok=True)
     (home / "ray_bootstrap_config.yaml").touch()

@@ -10,7 +10,7 @@ the shard's first row plus the local row, and ties break by global row,
 exactly as on one machine.
 
 Each shard is an ordinary corpus directory written through the store layer
-(``save_corpus``, or ``build`` when sharding records): its records and
+(``save_corpus``; records are first ``build``-t in memory): its records and
 ledger, its own BM25 postings (the same tokens: the same analyzer), its
 rows of the vector matrix bit for bit (or the same embedder over the same
 texts, which gives the same bits), and its tombstones (a deleted row stays
@@ -34,6 +34,8 @@ from irflow.store.generations import MANIFEST_FILE as MANIFEST_OF_GENERATION
 from irflow.store.generations import check_writable_root, checksum, has_current, read_current
 from irflow.store.persist import save_corpus
 from irflow.kernels.postings import Postings
+from irflow.util.corpusmarks import SHARDED_CORPUS, refuse_inside_corpus
+from irflow.util.fileio import atomic_writer
 from irflow.util.progress import bar
 from irflow.store.records import Record
 from irflow.shard.manifest import (MANIFEST_FILE, SHARD_DIR_RE, ShardEntry, ShardManifest, is_sharded,
@@ -171,8 +173,12 @@ def _write_from_records(records: Sequence[Record], plan: Sequence[np.ndarray], r
     build_ids = []
     with bar(progress, "sharding", total=len(plan), unit="shard") as shown:
         for s, rows in enumerate(plan):
-            build([records[r] for r in rows.tolist()], embedder=embedder, analyzer=analyzer,
-                  path=root / shard_dir_name(s), name=name, batch_size=batch_size)
+            # built in memory, then saved as build(path=...) saves it: build refuses a path inside a sharded
+            # corpus (the user's outputs), and this is the sharded corpus's own writer, resharding it
+            part = build([records[r] for r in rows.tolist()], embedder=embedder, analyzer=analyzer, name=name,
+                         batch_size=batch_size)
+            save_corpus(root / shard_dir_name(s), store=part.store, postings=part.postings, vectors=part.vectors,
+                        analyzer=part.analyzer.to_dict(), embedder=part.embedder_info)
             build_ids.append(_identity(root / shard_dir_name(s)))
             shown.update(1)
     return build_ids
@@ -191,6 +197,8 @@ def shard_corpus(
 ) -> ShardManifest:
     """Write ``source`` as ``n`` shards under ``path`` and return the manifest (see :func:`irflow.shard`)."""
     root = Path(path).expanduser()
+    # a reshard replaces a sharded corpus; a plain corpus, or a folder inside any corpus, is refused
+    refuse_inside_corpus(root, "sharded corpus", replacing=SHARDED_CORPUS)
     if isinstance(source, (str, os.PathLike)):
         source = open_corpus(source)
     if name is not None:
@@ -236,12 +244,9 @@ def _finish(root: Path, store: CorpusStore, plan: Sequence[np.ndarray], build_id
         if not contiguous:
             rows_file = f"{shard_dir_name(s)}.rows.npy"
             target = root / rows_file
-            tmp = root / f".{rows_file}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as handle:
+            # atomic, and a killed earlier writer's temporary file is removed; the sharded corpus's own file
+            with atomic_writer(target, "shard rows file", corpus_file=True) as handle:
                 np.save(handle, rows, allow_pickle=False)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, target)
             rows_checksum = checksum(target)
         entries.append(ShardEntry(
             index=s, dir=shard_dir_name(s), n_rows=int(rows.size), live=int(live[rows].sum()),

@@ -40,6 +40,7 @@ from irflow.store.protocol import Siblings
 from irflow.store.record_store import CorpusStore, prepare_records
 from irflow.store.records import Record, SearchHit
 from irflow.store.vectors import VectorCheck, document_vectors
+from irflow.util.corpusmarks import CORPUS, refuse_inside_corpus
 from irflow.util.progress import bar, phase
 
 __all__ = ["Corpus", "build", "open_corpus"]
@@ -435,7 +436,8 @@ def build(
     ``progress=True`` shows a bar for each phase (tokenizing, postings,
     embedding, writing).  With
     ``path`` the corpus is written there (atomically; over an existing corpus
-    it is a rebuild) and named after the directory unless ``name`` is given.
+    it is a rebuild) and named after the directory unless ``name`` is given;
+    a path inside another corpus is refused (OutputError).
 
     >>> build([Record("unbox", "name", "unbox")], embedder=None).vectors is None
     True
@@ -446,8 +448,9 @@ def build(
     if not prepared:
         raise CorpusError("build() got no records; a corpus needs at least one record")
     root = None if path is None else Path(path).expanduser()
-    if root is not None:
-        check_writable_root(root)  # refuse early, before tokenizing and embedding
+    if root is not None:  # refuse early, before tokenizing and embedding
+        refuse_inside_corpus(root, "corpus", replacing=CORPUS)  # a rebuild, never a corpus inside another
+        check_writable_root(root)
     corpus_name = name if name is not None else (root.name if root is not None else None)
     the_analyzer = get_analyzer(analyzer)
     the_embedder = resolve_embedder(embedder)

@@ -72,19 +72,13 @@ except ImportError:  # pragma: no cover - Windows: readers rely on the retry alo
     fcntl = None  # type: ignore[assignment]
 
 from irflow.errors import CorpusError
+from irflow.util.corpusmarks import CURRENT_FILE, CURRENT_LIMIT, GEN_RE, MARKER_FILE, MARKER_TEXT, POINTER_RE, TMP_GEN_RE
 from irflow.store.genfiles import (
-    CURRENT_FILE,
-    CURRENT_LIMIT,
     FILE_NAME_RE,
     GEN_PREFIX,
-    GEN_RE,
     LOCK_FILE,
     MANIFEST_FILE,
     MANIFEST_LIMIT,
-    MARKER_FILE,
-    MARKER_TEXT,
-    POINTER_RE,
-    TMP_GEN_RE,
     TMP_PREFIX,
     Generation,
     Payload,

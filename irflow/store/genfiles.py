@@ -26,6 +26,7 @@ import attrs
 import numpy as np
 
 from irflow.errors import CorpusError
+from irflow.util.corpusmarks import CURRENT_LIMIT, GEN_RE, MARKER_FILE, MARKER_TEXT, TMP_GEN_RE
 
 try:  # POSIX advisory locks; on other platforms writers are simply not serialized
     import fcntl
@@ -34,22 +35,17 @@ except ImportError:  # pragma: no cover - Windows
 
 logger = logging.getLogger("irflow.store.generations")  # one logger for the generation machinery
 
-CURRENT_FILE = "CURRENT"
+# The markers of a corpus directory (CURRENT and its pointer, the generation names, the marker file) are
+# defined in irflow.util.corpusmarks, where the writers of a user's files look for them too.
 MANIFEST_FILE = "manifest.json"
 LOCK_FILE = ".lock"
-#: Written first into every directory irflow creates in a corpus: the proof that irflow may remove it.
-MARKER_FILE = ".irflow-generation"
 GEN_PREFIX = "gen-"
 TMP_PREFIX = ".tmp-"
-#: Largest ``CURRENT`` and ``manifest.json`` irflow reads (both are far smaller).
-CURRENT_LIMIT = 256
+#: Largest ``manifest.json`` irflow reads (far larger than any; ``CURRENT``'s is CURRENT_LIMIT).
 MANIFEST_LIMIT = 1 << 20
 
-# The exact names irflow makes; nothing else in a corpus directory is ever removed.
-GEN_RE = re.compile(r"^gen-(\d{6,})\Z")
-TMP_GEN_RE = re.compile(r"^\.tmp-gen-(\d{6,})-[0-9a-f]{8}\Z")
+# The exact names irflow makes (GEN_RE, TMP_GEN_RE and this); nothing else in a corpus directory is ever removed.
 _TMP_CURRENT_RE = re.compile(r"^\.tmp-CURRENT-[0-9a-f]{8}\Z")
-POINTER_RE = re.compile(r"^(gen-\d{6,}) ([0-9a-f]{32})\n?\Z")
 #: What a file listed in a manifest may be called: a plain name, no path, no leading dot.
 FILE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}\Z")
 _DIGEST_RE = re.compile(r"^[0-9a-f]{32}\Z")
@@ -62,7 +58,6 @@ FILE_CHECKSUM = "crc32"
 #: Checksum name -> the form of its digest in a manifest entry.
 DIGEST_FORMS = {"crc32": re.compile(r"^[0-9a-f]{8}\Z"), "blake2b": _DIGEST_RE}
 _HASH_CHUNK = 16 << 20
-MARKER_TEXT = b"irflow generation: irflow may remove this directory's listed files\n"
 _CHUNK = 1 << 20
 
 @attrs.frozen
