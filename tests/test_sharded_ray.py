@@ -311,12 +311,16 @@ def test_an_address_joins_that_cluster_untouched_and_as_given(cluster, monkeypat
     calls = []
 
     def spy(**kwargs):
-        calls.append((kwargs, dict(os.environ), ray_constants.ENABLE_RAY_CLUSTER,
-                      services.canonicalize_bootstrap_address(kwargs["address"])))
+        switch, dialled = ray_constants.ENABLE_RAY_CLUSTER, None
+        if switch is False:  # what Ray dials when no node of this process answers for it (nothing is probed: off)
+            with monkeypatch.context() as scope:
+                scope.setattr(ray._private.worker, "_global_node", None)
+                dialled = services.canonicalize_bootstrap_address(kwargs["address"])
+        calls.append((kwargs, dict(os.environ), switch, dialled))
 
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", spy)
-    monkeypatch.setattr(ray_backend, "_joined", None)
+    monkeypatch.setattr(ray_backend, "_joined", None, raising=False)  # what this process joined: nothing yet
     before, users_switch = dict(os.environ), ray_constants.ENABLE_RAY_CLUSTER
     with loopback_server("grpc") as address:
         ray_backend.connect(address)
