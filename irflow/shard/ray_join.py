@@ -5,7 +5,8 @@ expect.  It replaces a loopback address (``127.0.0.1``, ``localhost``,
 ``::1``) with this machine's address on the interface that routes to a
 public DNS server (so ``127.0.0.1:1`` was dialled as ``192.0.2.2:1``); and
 when nothing answers it retries for many minutes, printing a warning every
-~40 s, deaf to Ctrl-C.  So before Ray is called the address is parsed
+~40 s (a SIGTERM waits for it: Ray's handler runs once the call returns).
+So before Ray is called the address is parsed
 (``host:port``, ``[v6]:port`` or ``ray://host[:port]``: anything else is an
 :class:`~irflow.errors.InputError`) and one TCP connection is opened to it
 (refused, unreachable or silent within ``CHECK_TIMEOUT_S``: a
@@ -58,7 +59,7 @@ _pending: "_Attempt | None" = None  # an abandoned ray.init still running
 
 
 def _port(text: str, address: str) -> int:
-    if not text.isdigit() or not 0 < int(text) < 65536:
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 65536:
         raise InputError(f"Ray address {address!r}: the port must be a number from 1 to 65535, got {text!r}; "
                          "give host:port, e.g. 127.0.0.1:6379 (the address `ray start --head` prints)")
     return int(text)
@@ -95,7 +96,7 @@ def parse_address(address: object) -> RayAddress:
         raise InputError(f"Ray address {address!r}: the scheme {scheme + '://'!r} is not one irflow joins; give "
                          "host:port (a cluster's GCS, e.g. 127.0.0.1:6379) or ray://host:port (its Ray Client server)")
     match = _HOST_PORT.fullmatch(rest)
-    host = match.group("v6") or match.group("host") if match else None
+    host = (match.group("v6") or match.group("host")) if match else None
     port = match.group("port") if match else None
     if not host or (port is None and not scheme):
         raise InputError(f"Ray address {address!r} is not host:port; give the address of a running cluster's GCS, "
