@@ -268,3 +268,11 @@ class LedgerWarning(IrflowWarning):
 
 class ShardUnavailableError(CorpusError):
     """A shard of a sharded corpus could not answer (its server died for good): the call gives no answer."""
+
+
+class RayConnectionError(IrflowError, ConnectionError):
+    """No Ray cluster could be joined at the address given: names it, the reason, and what to check.
+
+    Also a ``ConnectionError``, what a Python caller catches first for a
+    cluster that does not answer.
+    """

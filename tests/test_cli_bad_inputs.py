@@ -349,6 +349,8 @@ def _cases() -> list[Case]:
         (("eval",), "set-huge-int", evaluate("--set", f"k={HUGE}")),
         (("eval",), "sweep-huge-int", evaluate("--sweep", f"rrf_k=10,{HUGE}")),
         (("eval",), "sweep-deep", evaluate("--sweep", f"rrf_k=10,{DEEP}")),
+        (("eval",), "ray-not-an-address", evaluate("--ray", "localhost")),
+        (("eval",), "ray-nothing-there", evaluate("--ray", "127.0.0.1:1")),
         (("demo",), "filter-deep", lambda env: ["demo", "parser", "--filter", DEEP_FILTER]),
         (("demo",), "filter-huge-int", lambda env: ["demo", "parser", "--filter", '{"n": ' + HUGE + "}"]),
         (("demo",), "filter-not-json", lambda env: ["demo", "parser", "--filter", "{bad json"]),

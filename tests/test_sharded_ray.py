@@ -13,6 +13,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -26,9 +28,10 @@ import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bar
 import irflow
 from irflow.cli import main as cli
 from irflow.store.corpus import build
-from irflow.errors import CorpusError, ShardUnavailableError
+from irflow.errors import CorpusError, RayConnectionError, ShardUnavailableError
 from irflow.engine.recipe import builtin_recipes, load_recipe
 from irflow.shard import ShardedCorpus, shard
+from loopback_servers import closed_port, loopback_server
 from shard_corpus import assert_same_result, records
 
 ray = pytest.importorskip("ray")
@@ -44,10 +47,11 @@ def cluster():
 
     if ray.is_initialized():
         ray.shutdown()
-    saved = {key: os.environ.get(key) for key in ("IRFLOW_HOME", "HOME")}
+    saved = {key: os.environ.get(key) for key in ("IRFLOW_HOME", "HOME", "RAY_ADDRESS")}
     home = Path(tempfile.mkdtemp(prefix="irfh"))  # short: Ray's socket paths live under it
     user = Path(tempfile.mkdtemp(prefix="irfu"))  # the user's HOME: Ray must write nothing there
     os.environ["IRFLOW_HOME"], os.environ["HOME"] = str(home), str(user)
+    ray_address = os.environ["RAY_ADDRESS"] = f"127.0.0.1:{closed_port()}"  # "auto" starts its own cluster all the same
     seen = {}
     real_init = ray.init
 
@@ -61,7 +65,8 @@ def cluster():
         ray_backend.connect("auto", num_cpus=2)
     finally:
         ray.init = real_init
-    yield {"home": home, "user": user, "seen": seen}
+        os.environ.pop("RAY_ADDRESS")
+    yield {"home": home, "user": user, "seen": seen, "ray_address": ray_address}
     ray_backend.shutdown()
     for key, value in saved.items():
         if value is None:
@@ -146,6 +151,9 @@ def test_the_cluster_irflow_starts_is_contained(cluster, corpora):
     assert (cluster["home"] / "ray" / "home" / "ray_bootstrap_config.yaml").read_text() == ""
     assert seen["kwargs"]["_temp_dir"] == str(cluster["home"] / "ray")
     assert seen["kwargs"]["num_cpus"] == 2 and seen["kwargs"]["_node_ip_address"] == "127.0.0.1"
+    # a new cluster of its own, not the one RAY_ADDRESS names (which is closed: joining it would have failed)
+    assert seen["kwargs"]["address"] == "local"
+    assert ray.get_runtime_context().gcs_address != cluster["ray_address"]
     # the environment is restored for this process; Ray's sessions live under $IRFLOW_HOME/ray
     assert os.environ["HOME"] == str(cluster["user"]) and "RAY_AUTH_MODE" not in os.environ
     assert any(p.name.startswith("session_") for p in (cluster["home"] / "ray").iterdir())
@@ -294,16 +302,59 @@ def test_eval_on_ray_gives_the_same_figures(cluster, tmp_path):
     assert plain.to_dict() == on_ray.to_dict()
 
 
-def test_an_address_joins_that_cluster_untouched(cluster, monkeypatch):
+def test_an_address_joins_that_cluster_untouched_and_as_given(cluster, monkeypatch):
+    """The address reaches ray.init as given, and Ray dials it as given (its own rewrite of a loopback one is off)."""
+    from ray._private import ray_constants, services
+
     from irflow.shard import ray_backend
 
     calls = []
+
+    def spy(**kwargs):
+        switch, dialled = ray_constants.ENABLE_RAY_CLUSTER, None
+        if switch is False:  # what Ray dials when no node of this process answers for it (nothing is probed: off)
+            with monkeypatch.context() as scope:
+                scope.setattr(ray._private.worker, "_global_node", None)
+                dialled = services.canonicalize_bootstrap_address(kwargs["address"])
+        calls.append((kwargs, dict(os.environ), switch, dialled))
+
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append((kwargs, dict(os.environ))))
-    before = dict(os.environ)
-    ray_backend.connect("10.1.2.3:6379")
-    ((kwargs, env),) = calls
-    assert kwargs["address"] == "10.1.2.3:6379" and "_temp_dir" not in kwargs and "num_cpus" not in kwargs
+    monkeypatch.setattr(ray, "init", spy)
+    monkeypatch.setattr(ray_backend, "_joined", None, raising=False)  # what this process joined: nothing yet
+    before, users_switch = dict(os.environ), ray_constants.ENABLE_RAY_CLUSTER
+    with loopback_server("grpc") as address:
+        ray_backend.connect(address)
+        with pytest.raises(TypeError, match="apply to a cluster irflow starts"):
+            ray_backend.connect(address, num_cpus=2)
+    ((kwargs, env, switch, dialled),) = calls
+    assert kwargs["address"] == address and "_temp_dir" not in kwargs and "num_cpus" not in kwargs
+    assert dialled == address  # not this machine's address on its network interface
+    assert switch is False and ray_constants.ENABLE_RAY_CLUSTER == users_switch  # as the user had it afterwards
     assert env == before  # no setting of irflow's: the cluster's own apply
-    with pytest.raises(TypeError, match="apply to a cluster irflow starts"):
-        ray_backend.connect("10.1.2.3:6379", num_cpus=2)
+
+
+def test_a_process_on_a_cluster_runs_on_no_other(corpora):
+    from irflow.shard import ray_backend
+
+    _, _, root = corpora
+    here = ray.get_runtime_context().gcs_address
+    assert ray_backend.connect(here) is ray and ray_backend.connect(here.replace("127.0.0.1", "localhost")) is ray
+    other = f"127.0.0.1:{closed_port()}"
+    with pytest.raises(RayConnectionError, match=f"already connected to the Ray cluster at {here}, so it cannot "
+                                                 f"also join {other}"):
+        irflow.open_corpus(root, ray=other)
+
+
+def test_cli_joins_a_running_cluster_at_its_loopback_address(corpora, tmp_path):
+    """Another process joins the session's cluster by the address it was given (127.0.0.1, not rewritten)."""
+    _, _, root = corpora
+    address = ray.get_runtime_context().gcs_address
+    assert address.startswith("127.0.0.1:")
+    args = ["run", "hybrid", "-q", "sql parser", "-q", "graph tool", "--json", "--corpus", str(root)]
+    env = {**os.environ, "HOME": str(tmp_path)}
+    joined = subprocess.run([sys.executable, "-m", "irflow", *args, "--ray", address], capture_output=True, text=True,
+                            env=env, timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    assert joined.returncode == 0, joined.stderr
+    here = CliRunner().invoke(cli, args)
+    assert here.exit_code == 0, here.output
+    assert json.loads(joined.stdout)["queries"] == json.loads(here.output)["queries"]

@@ -23,7 +23,8 @@ __all__ = ["ray_option", "shard_command"]
 ray_option: Any = click.option(
     "--ray", "ray", default=None, metavar="auto|ADDRESS",
     help="Run on Ray (the ray extra): 'auto' starts a contained local cluster (loopback only, files under "
-         "$IRFLOW_HOME/ray), an ADDRESS joins that cluster as it is. run: the corpus must be sharded "
+         "$IRFLOW_HOME/ray), an ADDRESS (host:port, as `ray start --head` prints it) joins that cluster and no "
+         "other, or fails within seconds when none answers there. run: the corpus must be sharded "
          "(irflow shard); eval: query batches are mapped over actors, with the same figures.")
 
 

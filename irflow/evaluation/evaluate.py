@@ -60,6 +60,7 @@ from irflow.evaluation.on_ray import evaluate_batches_on_ray
 from irflow.evaluation.plans import Plan
 from irflow.evaluation.plans import plan as plan_systems
 from irflow.evaluation.results import Comparisons, Evaluation, SystemResult
+from irflow.shard.ray_backend import connect as connect_to_ray
 
 __all__ = [
     "DEFAULT_METRICS",
@@ -299,6 +300,8 @@ def evaluate(
     chosen = _select_queries(collection, queries)
     qids = list(chosen)
     qrels = {q: dict(collection.qrels[q]) for q in qids}
+    if ray is not None:  # on the cluster before the corpus is built: an address that does not answer fails at once
+        connect_to_ray(ray)
 
     corpus, source = corpus_for(collection, embedder=embedder, analyzer=analyzer, title_mode=title_mode,
                                 batch_size=batch_size, progress=progress, cache_dir=cache_dir, use_cache=use_cache)
