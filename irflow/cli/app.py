@@ -35,6 +35,7 @@ from irflow.cli import quickstart
 from irflow.cli.index import RECORD_FORMAT, bad_lines_report, read_record_file, skipped_report
 from irflow.cli.plugins import PLUGINS_META, plugin_option
 from irflow.cli.shard import ray_option, shard_command
+from irflow.cli.text import PATH_TEXT, utf8_parameters
 from irflow.engine.recipe import builtin_recipes, load_recipe
 from irflow.engine.trace import jsonable
 from irflow.errors import InputError, IrflowError, ParameterError, RecipeError
@@ -232,9 +233,10 @@ def _hits_table(hits: Sequence[Any]) -> str:
 
 
 @main.command()
-@click.argument("recipe")
+@click.argument("recipe", type=PATH_TEXT)
 @plugin_option
-@click.option("--corpus", "corpus_path", required=True, help="Corpus directory (or name under $IRFLOW_HOME/corpora).")
+@click.option("--corpus", "corpus_path", required=True, type=PATH_TEXT,
+              help="Corpus directory (or name under $IRFLOW_HOME/corpora).")
 @click.option("--query", "-q", "queries", multiple=True, required=True, help="A query; repeat for a batch.")
 @click.option("--set", "settings", multiple=True, callback=parse_sets, metavar="NAME=VALUE",
               help="Override a recipe parameter (JSON value, else a string); repeatable.")
@@ -287,7 +289,7 @@ def run(recipe: str, corpus_path: str, queries: tuple[str, ...], settings: dict[
 
 
 @main.command()
-@click.argument("recipe")
+@click.argument("recipe", type=PATH_TEXT)
 @plugin_option
 @click.option("--json", "as_json", is_flag=True, help='Print {"ok": ..., "problems": [...]}.')
 def validate(recipe: str, as_json: bool) -> None:
@@ -311,7 +313,7 @@ def validate(recipe: str, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("recipe")
+@click.argument("recipe", type=PATH_TEXT)
 @plugin_option
 @click.option("--format", "fmt", type=click.Choice(["mermaid", "dot"]), default="mermaid", show_default=True)
 def graph(recipe: str, fmt: str) -> None:
@@ -360,9 +362,9 @@ def parse_sweeps(ctx: click.Context | None, param: click.Parameter | None,
 
 
 @main.command("eval")
-@click.argument("recipes", nargs=-1, required=True, metavar="RECIPE [RECIPE ...]")
+@click.argument("recipes", nargs=-1, required=True, type=PATH_TEXT, metavar="RECIPE [RECIPE ...]")
 @plugin_option
-@click.option("--dataset", required=True, metavar="DIR",
+@click.option("--dataset", required=True, type=PATH_TEXT, metavar="DIR",
               help="A BEIR-format collection: corpus.jsonl, queries.jsonl, qrels/<split>.tsv.")
 @click.option("--split", default="test", show_default=True, help="Which qrels/<split>.tsv to evaluate on.")
 @click.option("--metrics", default="ndcg@10,recall@100,mrr@10,map,p@10", show_default=True,
@@ -387,7 +389,7 @@ def parse_sweeps(ctx: click.Context | None, param: click.Parameter | None,
               help="Evaluate only a fixed seeded half of the judged queries: 'tune' to choose settings on, "
                    "'test' to report on (for collections without training qrels).")
 @click.option("--holdout-seed", type=int, default=0, show_default=True, help="Seed of the --holdout split.")
-@click.option("--baseline", default=None, metavar="RECIPE",
+@click.option("--baseline", default=None, type=PATH_TEXT, metavar="RECIPE",
               help="Compare every system with this one (a label or another recipe): paired tests, Holm-corrected.")
 @click.option("--runs", "runs_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write each system's ranking as a TREC run file into this directory.")
@@ -487,6 +489,7 @@ from irflow.cli.trace import trace  # noqa: E402  (the "trace" group lives in it
 
 main.add_command(trace)
 main.add_command(shard_command)
+utf8_parameters(main)  # every plain string parameter is UTF-8 text (paths are declared PATH_TEXT)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

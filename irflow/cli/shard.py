@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from irflow.cli.text import PATH_TEXT
 from irflow.engine.trace import jsonable
 from irflow.shard.split import shard_corpus
 from irflow.store.corpus import open_corpus
@@ -28,7 +29,7 @@ ray_option: Any = click.option(
 
 
 @click.command("shard")
-@click.argument("corpus_path", metavar="CORPUS")
+@click.argument("corpus_path", type=PATH_TEXT, metavar="CORPUS")
 @click.option("--shards", "n", required=True, type=click.IntRange(min=1), help="Number of shards.")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Directory to write the sharded corpus to (a reshard when it holds one).")
