@@ -46,6 +46,7 @@ from irflow.shard import open_corpus  # plain and sharded corpora alike
 from irflow.store.corpus import build
 from irflow.util.fileio import explain_os_error, loads_json
 from irflow.util.table import render_table
+from irflow.util.unicode import json_text
 
 __all__ = ["main", "UserError", "parse_sets", "parse_sweeps"]
 
@@ -136,7 +137,7 @@ def _json_option(value: str | None, what: str) -> Any:
 
 
 def _dumps(data: Any) -> str:
-    return json.dumps(jsonable(data), ensure_ascii=False, indent=2)
+    return json_text(jsonable(data), indent=2)  # a path's undecodable bytes as \\uXXXX: the JSON stays UTF-8
 
 
 @click.group(cls=IrflowGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -145,6 +146,28 @@ def main() -> None:
     """irflow: document retrieval as an explicit DAG of small typed stages."""
     # warnings (a misspelled filter field, a missing extra) print as one line each, for this command only
     click.get_current_context().with_resource(_one_line_warnings())
+    click.get_current_context().with_resource(_paths_print_as_given())
+
+
+@contextlib.contextmanager
+def _paths_print_as_given() -> Iterator[None]:
+    """Standard output writes back the bytes of a path that are not UTF-8 (surrogateescape), for this command only.
+
+    Text irflow takes in is UTF-8 (irflow.util.unicode); what is printed may
+    still name a path whose bytes are not (a corpus in such a folder is named
+    after it): printed as the OS gave it, not a UnicodeEncodeError.
+    """
+    stream = sys.stdout
+    errors = getattr(stream, "errors", None)
+    if errors != "strict" or not hasattr(stream, "reconfigure"):
+        yield
+        return
+    stream.reconfigure(errors="surrogateescape")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):  # the stream was closed meanwhile
+            stream.reconfigure(errors=errors)
 
 
 @contextlib.contextmanager

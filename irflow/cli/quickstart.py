@@ -26,6 +26,7 @@ from irflow.store.paths import irflow_home
 from irflow.store.persist import FORMAT_VERSION
 from irflow.engine.recipe import load_recipe
 from irflow.util.table import render_table
+from irflow.util.unicode import check_text
 from irflow.kernels.text import get_analyzer
 
 __all__ = ["EXAMPLE_QUERIES", "DEFAULT_TRACE", "installed_corpus", "run_demo", "scoring_stage"]
@@ -97,6 +98,9 @@ def run_demo(
     ``cache`` keeps the embedded corpus for the next run (see :func:`installed_corpus`).
     """
     queries = list(queries) or list(EXAMPLE_QUERIES)
+    for i, query in enumerate(queries):  # refused before the corpus is built (the run would refuse it after)
+        if isinstance(query, str):
+            check_text(query, f"query {i}")
     if embedder is None:
         embedder, note = cli_default_embedder()
         if note:

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from irflow.cli.text import PATH_TEXT
 from irflow.engine.trace import jsonable
 from irflow.shard.split import shard_corpus
 from irflow.store.corpus import open_corpus
+from irflow.util.unicode import json_text
 
 __all__ = ["ray_option", "shard_command"]
 
@@ -43,7 +43,7 @@ def shard_command(corpus_path: str, n: int, out: Path, progress: bool | None, as
                "shards": [{"dir": e.dir, "rows": e.n_rows, "artifacts": e.artifacts, "first_row": e.first_row,
                            "contiguous": e.contiguous} for e in manifest.shards]}
     if as_json:
-        click.echo(json.dumps(jsonable(summary), ensure_ascii=False, indent=2))
+        click.echo(json_text(jsonable(summary), indent=2))
         return
     sizes = ", ".join(f"{e.n_rows}" for e in manifest.shards)
     click.echo(f"sharded {manifest.live} records of corpus {manifest.name!r} into {len(manifest.shards)} shards "

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-import attrs
 import numpy as np
 
 from irflow.errors import CorpusError, RecordError

@@ -20,13 +20,17 @@ a tokenizer.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from irflow.errors import InputError
 
 __all__ = ["lone_surrogate", "surrogate_reason", "check_text", "find_lone_surrogate", "check_value_text",
-           "argv_reason"]
+           "argv_reason", "json_text"]
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def lone_surrogate(text: str) -> int:
@@ -135,3 +139,21 @@ def argv_reason(text: str) -> str | None:
     return (f"{shown} is not UTF-8 (byte 0x{raw[offset]:02x} at offset {offset}); "
             "irflow reads command-line text as UTF-8: pass it in UTF-8 (a terminal or script in another "
             "encoding can convert it, e.g. with iconv -t UTF-8)")
+
+
+def json_text(value: Any, **options: Any) -> str:
+    """``json.dumps(value, ensure_ascii=False, **options)`` that UTF-8 can always encode.
+
+    What irflow writes is UTF-8; a lone surrogate that is no user text (the
+    name of a corpus whose folder name is not UTF-8) is written as its
+    ``\\uXXXX`` escape, which JSON reads back as the same string.  Surrogates
+    only occur inside JSON strings (everything else ``json.dumps`` writes is
+    ASCII), so the escape is always in a string.
+
+    >>> json_text({"name": "caf\\udce9"})
+    '{"name": "caf\\\\udce9"}'
+    """
+    text = json.dumps(value, ensure_ascii=False, **options)
+    if not text.isascii() and _SURROGATE.search(text) is not None:
+        text = _SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+    return text
