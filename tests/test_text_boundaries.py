@@ -29,7 +29,7 @@ import irflow.cli.quickstart
 from irflow import Recipe, load_recipe, search
 from irflow.cli import main
 from irflow.errors import (CorpusError, DatasetError, EmbedderError, EvaluationError, FilterError, FormulateError,
-                           InputError, ParameterError, RecipeError, RecordError)
+                           InputError, ParameterError, RecipeError, RecordError, RerankError)
 from irflow.evaluation.datasets import Collection, Document, load_beir
 from irflow.evaluation.evaluate import evaluate
 from irflow.kernels.embedders import resolve_embedder
@@ -83,6 +83,11 @@ def test_build_refuses_a_lone_surrogate_in_any_field_in_memory_and_on_disk(chang
     assert messages[0].startswith("record #1 (artifact "), messages[0]
     assert __import__("re").search(f"{field}.*{SURROGATE}", messages[0]), messages[0]
     assert not (tmp_path / "c").exists()
+
+
+def test_build_refuses_a_corpus_name_with_a_lone_surrogate() -> None:
+    with pytest.raises(InputError, match=f"build\\(\\): name: .*{SURROGATE}"):
+        build(GOOD, embedder=None, name=ESCAPE)
 
 
 def test_text_that_is_valid_unicode_round_trips_exactly(tmp_path: Path) -> None:
@@ -192,6 +197,15 @@ def test_a_filter_with_a_lone_surrogate_is_refused_by_the_filter_language(corpus
 def test_a_formulator_returning_a_lone_surrogate_is_refused(corpus: Any) -> None:
     with pytest.raises(FormulateError, match=f"returned unusable text for 'zip': .*{SURROGATE}"):
         search(corpus, "zip", mode="lexical", formulate=lambda q: [q, q + "\udc80"])
+
+
+def test_a_rerank_text_callable_returning_a_lone_surrogate_is_refused(corpus: Any) -> None:
+    def scores(query: str, segments: list) -> list[float]:
+        return [1.0] * len(segments)
+
+    with pytest.raises(RerankError, match=f"rerank text callable .* returned unusable text for record .*{SURROGATE}"):
+        search(corpus, "zip", mode="lexical", rerank=scores, rerank_text=lambda corpus, meta: "x\udc80")
+    assert search(corpus, "zip", mode="lexical", rerank=scores, rerank_text=lambda corpus, meta: "ok")  # control
 
 
 # -- recipes ----------------------------------------------------------------------------------------------
@@ -381,6 +395,18 @@ def test_a_path_that_is_not_utf8_still_names_its_file(tmp_path: Path) -> None:
     assert printed["corpus"] == root.name == "caf\udce9" and printed["queries"][0]["hits"][0]["artifact_id"] == "a"
     table = CliRunner().invoke(main, ["run", "lexical", "--corpus", str(root), "-q", "zip"])
     assert table.exit_code == 0 and b"corpus caf\xe9)" in table.stdout_bytes, table.output  # the bytes as given
+
+
+def test_standard_output_prints_a_paths_bytes_as_given_for_one_command_only(stored: Path) -> None:
+    from irflow.cli.text import AS_GIVEN
+
+    assert "caf\udce9 \ud800 \u00e9".encode("utf-8", AS_GIVEN) == b"caf\xe9 \\ud800 \xc3\xa9"
+    runner = CliRunner()
+    with runner.isolation():
+        assert sys.stdout.errors == "strict"
+        with pytest.raises(SystemExit) as done:
+            main(["run", "lexical", "--corpus", str(stored), "-q", "zip"], prog_name="irflow")
+        assert done.value.code == 0 and sys.stdout.errors == "strict"  # restored after the command
 
 
 @pytest.mark.skipif(os.name != "posix", reason="argv bytes that are not UTF-8 are a POSIX thing")

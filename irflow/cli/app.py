@@ -35,7 +35,7 @@ from irflow.cli import quickstart
 from irflow.cli.index import RECORD_FORMAT, bad_lines_report, read_record_file, skipped_report
 from irflow.cli.plugins import PLUGINS_META, plugin_option
 from irflow.cli.shard import ray_option, shard_command
-from irflow.cli.text import PATH_TEXT, utf8_parameters
+from irflow.cli.text import PATH_TEXT, paths_print_as_given, utf8_parameters
 from irflow.engine.recipe import builtin_recipes, load_recipe
 from irflow.engine.trace import jsonable
 from irflow.errors import InputError, IrflowError, ParameterError, RecipeError
@@ -146,28 +146,7 @@ def main() -> None:
     """irflow: document retrieval as an explicit DAG of small typed stages."""
     # warnings (a misspelled filter field, a missing extra) print as one line each, for this command only
     click.get_current_context().with_resource(_one_line_warnings())
-    click.get_current_context().with_resource(_paths_print_as_given())
-
-
-@contextlib.contextmanager
-def _paths_print_as_given() -> Iterator[None]:
-    """Standard output writes back the bytes of a path that are not UTF-8 (surrogateescape), for this command only.
-
-    Text irflow takes in is UTF-8 (irflow.util.unicode); what is printed may
-    still name a path whose bytes are not (a corpus in such a folder is named
-    after it): printed as the OS gave it, not a UnicodeEncodeError.
-    """
-    stream = sys.stdout
-    errors = getattr(stream, "errors", None)
-    if errors != "strict" or not hasattr(stream, "reconfigure"):
-        yield
-        return
-    stream.reconfigure(errors="surrogateescape")
-    try:
-        yield
-    finally:
-        with contextlib.suppress(ValueError):  # the stream was closed meanwhile
-            stream.reconfigure(errors=errors)
+    click.get_current_context().with_resource(paths_print_as_given())
 
 
 @contextlib.contextmanager
