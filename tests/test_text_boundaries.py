@@ -36,6 +36,7 @@ from irflow.kernels.embedders import resolve_embedder
 from irflow.kernels.filters import compile_filter
 from irflow.kernels.onnx_embedder import pinned_model_available
 from irflow.store.corpus import build, open_corpus
+from irflow.store.records import Record
 
 HIGH = "zip \ud800"  # a JSON "\ud800" escape without its pair
 ESCAPE = "zip \udcff"  # what Python makes of the argv bytes b"zip \xff"
@@ -83,6 +84,44 @@ def test_build_refuses_a_lone_surrogate_in_any_field_in_memory_and_on_disk(chang
     assert messages[0].startswith("record #1 (artifact "), messages[0]
     assert __import__("re").search(f"{field}.*{SURROGATE}", messages[0]), messages[0]
     assert not (tmp_path / "c").exists()
+
+
+def test_a_record_with_an_explicit_index_is_refused_by_the_check_not_by_its_id() -> None:
+    # the record id is a digest of the artifact, kind and index: computed for any str, never a UnicodeEncodeError
+    record = Record(HIGH, "name", "zip", surface_index=0)
+    assert record.id == Record.make_id(HIGH, "name", 0) and len(record.id) == 20
+    with pytest.raises(RecordError, match=f"record #0 .*: artifact_id: .*{SURROGATE}"):
+        build([record], embedder=None)
+    docs = {"d1": Document("d1", "t", "zip"), ESCAPE: Document(ESCAPE, "t", "tar")}
+    with pytest.raises(RecordError, match=f"artifact_id: .*{SURROGATE}"):
+        evaluate("lexical", Collection("toy", None, docs, {"q1": "zip"}, {"q1": {"d1": 1}}), embedder=None,
+                 use_cache=False, metrics="p@1")
+
+
+def test_ids_of_valid_text_are_unchanged() -> None:
+    # ids are stored in corpora: the digest of text UTF-8 encodes is the one earlier versions computed
+    import hashlib
+
+    for artifact in ("unbox", "caf\u00e9", "\U0001f600"):
+        payload = json.dumps([artifact, "name", 3], ensure_ascii=False).encode("utf-8")
+        assert Record.make_id(artifact, "name", 3) == hashlib.blake2b(payload, digest_size=10).hexdigest()
+
+
+def test_a_run_file_refuses_an_id_with_a_lone_surrogate(tmp_path: Path) -> None:
+    from irflow.evaluation.trec import write_trec_run
+
+    for run, what in (({"q\udcff": {"d1": 1.0}}, "query id"), ({"q1": {"d\ud800": 1.0}}, "document id")):
+        with pytest.raises(DatasetError, match=f"{what}: .*{SURROGATE}"):
+            write_trec_run(tmp_path / "r.run", run)
+        assert not (tmp_path / "r.run").exists()
+
+
+def test_corpus_files_hold_a_paths_undecodable_bytes_as_json_escapes() -> None:
+    from irflow.store.persist import _json_bytes
+
+    spec = {"spec": "onnx:/models/caf\udce9"}  # an embedder named by a folder whose name is not UTF-8
+    raw = _json_bytes(spec, "the embedder")
+    assert json.loads(raw.decode("utf-8")) == spec and b"\\udce9" in raw
 
 
 def test_build_refuses_a_corpus_name_with_a_lone_surrogate() -> None:
