@@ -135,9 +135,11 @@ def _batch(query_or_queries: Any) -> tuple[QueryBatch, bool]:
         batch = query_or_queries
     else:
         batch = QueryBatch.of(query_or_queries)  # ArgumentError for a dict, a set, bytes, a non-iterable
-    for what, texts in (("query", batch.originals), ("query text", batch.texts)):
-        for i, text in enumerate(texts):
-            check_text(text, f"{what} {i}")
+    for i, text in enumerate(batch.originals):  # text UTF-8 cannot encode is refused (irflow.util.unicode)
+        check_text(text, f"query {i}")
+    if batch.texts is not batch.originals:  # a formulated batch passed in: its texts are embedded too
+        for i, text in enumerate(batch.texts):
+            check_text(text, f"query text {i}")
     return batch, False
 
 

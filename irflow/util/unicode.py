@@ -71,42 +71,64 @@ def check_text(text: str, where: str, *, error: Callable[[str], Exception] = Inp
         raise error(f"{where}: {surrogate_reason(text, at)}")
 
 
-def _item(path: str, key: Any) -> str:
-    return f"{path}[{key!r}]"
+_LEAVES = frozenset({int, float, bool, type(None)})
+
+
+def _path(nodes: list[tuple[int, Any]], node: int, root: str) -> str:
+    steps = []
+    while node:
+        node, step = nodes[node]
+        steps.append(f"[{step!r}]")
+    return root + "".join(reversed(steps))
 
 
 def find_lone_surrogate(value: Any, path: str, *, limit: int = 10_000) -> tuple[str, str, int] | None:
-    """The first string of ``value`` (keys included, through mappings, lists and tuples) with a lone surrogate.
+    """A string of ``value`` (keys included, through mappings, lists and tuples) with a lone surrogate.
 
     Returns ``(where, text, index)``: ``where`` is ``path`` with the
     subscripts that lead to it (``metadata['tags'][1]``; a key is named as
     ``a key of metadata['a']``), or None when every string is clean.
     Iterative and bounded by ``limit`` containers (deeper data is checked
-    for nesting elsewhere), so any value is walked without recursion.
+    for nesting elsewhere), so any value is walked without recursion; the
+    path is spelled only for a string found (a run argument is walked on
+    every search).
     """
-    stack: list[tuple[Any, str]] = [(value, path)]
+    if type(value) is str:
+        at = lone_surrogate(value)
+        return None if at < 0 else (path, value, at)
+    nodes: list[tuple[int, Any]] = [(0, None)]  # (parent node, step): node 0 is ``value``
+    stack: list[tuple[Any, int]] = [(value, 0)]
     seen = 0
     while stack:
-        item, where = stack.pop()
-        if isinstance(item, str):
-            at = lone_surrogate(item)
-            if at >= 0:
-                return where, item, at
-            continue
-        if isinstance(item, Mapping):
-            children: list[tuple[Any, str]] = []
-            for key, child in item.items():
-                if isinstance(key, str) and (at := lone_surrogate(key)) >= 0:
-                    return f"a key of {where}", key, at
-                children.append((child, _item(where, key)))
-        elif isinstance(item, (list, tuple)):
-            children = [(child, f"{where}[{i}]") for i, child in enumerate(item)]
+        item, node = stack.pop()
+        kind = type(item)
+        if kind is dict or (kind is not list and kind is not tuple and isinstance(item, Mapping)):
+            pairs: Any = item.items()
+        elif kind is list or kind is tuple or isinstance(item, (list, tuple)):
+            pairs = enumerate(item)
         else:
             continue
         seen += 1
         if seen > limit:
             return None
-        stack.extend(reversed(children))  # depth first, in order: the first bad string is reported
+        for step, child in pairs:
+            if type(step) is str and not step.isascii() and (at := lone_surrogate(step)) >= 0:
+                return f"a key of {_path(nodes, node, path)}", step, at
+            child_kind = type(child)
+            if child_kind in _LEAVES:
+                continue
+            nodes.append((node, step))
+            if child_kind is str:
+                if not child.isascii() and (at := lone_surrogate(child)) >= 0:
+                    return _path(nodes, len(nodes) - 1, path), child, at
+                nodes.pop()  # a clean string needs no node
+                continue
+            if isinstance(child, str):  # a subclass
+                at = lone_surrogate(child)
+                if at >= 0:
+                    return _path(nodes, len(nodes) - 1, path), child, at
+                continue
+            stack.append((child, len(nodes) - 1))
     return None
 
 
