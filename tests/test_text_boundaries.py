@@ -331,6 +331,8 @@ def test_the_onnx_embedder_path_refuses_a_lone_surrogate_without_a_tokenizer_err
     embedder = resolve_embedder("onnx:all-MiniLM-L6-v2")
     with pytest.raises(EmbedderError, match=f"item 0: .*{SURROGATE}"):
         embedder.embed_queries([ESCAPE])
+    with pytest.raises(EmbedderError, match=f"the ONNX embedder: item 1: .*{SURROGATE}"):
+        embedder.embed_fn(["zip", HIGH], "query")  # the model's own callable, called directly
     assert embedder.embed_queries(["zip \U0001f600 caf\u00e9"]).shape == (1, 384)  # valid Unicode still embeds
     root = tmp_path / "onnx"
     build(GOOD, embedder="onnx:all-MiniLM-L6-v2", path=root)
