@@ -168,7 +168,7 @@ def _one_line_warnings() -> Iterator[None]:
 @click.argument("input_path", metavar="INPUT.jsonl", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Directory to write the corpus to (a rebuild when it holds one).")
-@click.option("--embedder", default=None,
+@click.option("--embedder", default=None, type=PATH_TEXT,  # a spec may hold a model path
               help='Embedder spec ("onnx:all-MiniLM-L6-v2", "hash", "hash:512", "st:<model>"), or "none" for a '
                    'lexical-only corpus; default: all-MiniLM-L6-v2 when the models extra is installed, else "hash".')
 @click.option("--analyzer", default=None, help="Analyzer name (plain, identifier, english); default english.")
@@ -375,7 +375,7 @@ def parse_sweeps(ctx: click.Context | None, param: click.Parameter | None,
               help="Set a recipe parameter for every recipe that has it (JSON value, else a string); repeatable.")
 @click.option("--sweep", "sweeps", multiple=True, callback=parse_sweeps, metavar="NAME=V1,V2,...",
               help="Evaluate each value (every combination across --sweep options); repeatable.")
-@click.option("--embedder", default=None,
+@click.option("--embedder", default=None, type=PATH_TEXT,  # a spec may hold a model path
               help='Embedder spec ("onnx:all-MiniLM-L6-v2", "hash", "hash:512", "st:all-MiniLM-L6-v2"), or "none" for '
                    'lexical only; default: all-MiniLM-L6-v2 when the models extra is installed, else "hash" (none '
                    'when no recipe has a dense stage).')
@@ -472,7 +472,7 @@ def _needs_vectors(recipes: Sequence[str], baseline: str | None) -> bool:
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the demo run's trace to this file.")
 @click.option("--k", type=click.IntRange(min=1), default=None, help="Hits per query.")
-@click.option("--embedder", default=None,
+@click.option("--embedder", default=None, type=PATH_TEXT,  # a spec may hold a model path
               help='Embedder spec ("onnx:all-MiniLM-L6-v2", "hash", ...); default: all-MiniLM-L6-v2 when the models '
                    'extra is installed, else "hash".')
 def demo(queries: tuple[str, ...], filter_json: str | None, mode: str | None, trace_path: Path | None,
