@@ -125,6 +125,17 @@ class ArgumentError(InputError, TypeError):
     """
 
 
+class RecordError(CorpusError, InputError):
+    """A record given to :func:`irflow.build` (or a line of ``irflow index``) cannot be stored as given.
+
+    Names the record (its position, artifact and kind; the line for
+    ``irflow index``), the field or metadata key path, and the fix: text
+    that UTF-8 cannot encode, a metadata key that is not a string, a value
+    JSON cannot hold.  A :class:`CorpusError` (what ``build()`` raised for
+    bad records before) and an :class:`InputError` (so a ``ValueError``).
+    """
+
+
 class OutputError(IrflowError, OSError):
     """A file could not be written (a missing or read-only folder, a full disk, a path inside a corpus); names it and the fix.
 

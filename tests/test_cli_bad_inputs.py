@@ -501,15 +501,15 @@ def _real(args: list[str | bytes], cwd: Path) -> subprocess.CompletedProcess[byt
 
 
 @pytest.mark.skipif(os.name != "posix", reason="argv bytes that are not UTF-8 are a POSIX thing")
-def test_real_entry_point_undecodable_argv_trace_round_trips(env: Env, tmp_path: Path) -> None:
-    from irflow.engine.trace import Trace
-
+def test_real_entry_point_undecodable_argv_is_refused_naming_the_option(env: Env, tmp_path: Path) -> None:
     trace = tmp_path / "t.jsonl"
     done = _real(["run", "hybrid", "--corpus", str(env.corpus), "-q", b"caf\xe9 parser", "--trace", str(trace)],
                  tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert Trace.load(trace).queries.originals == ("caf\udce9 parser",)
-    trace.read_text(encoding="utf-8")  # valid UTF-8: the lone surrogate is stored escaped
+    err = done.stderr.decode("utf-8")  # the message itself is UTF-8: the byte is shown escaped
+    assert done.returncode == 2 and b"Traceback" not in done.stderr + done.stdout, err
+    message = _error_paragraph(err)
+    assert "\n\n" not in message and "'--query' / '-q'" in message and "byte 0xe9 at offset 3" in message, err
+    assert not trace.exists()
 
 
 def test_real_entry_point_bad_inputs(env: Env, tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from irflow.cli import quickstart
 from irflow.cli.index import RECORD_FORMAT, bad_lines_report, read_record_file, skipped_report
 from irflow.cli.plugins import PLUGINS_META, plugin_option
 from irflow.cli.shard import ray_option, shard_command
+from irflow.cli.text import PATH_TEXT, paths_print_as_given, utf8_parameters
 from irflow.engine.recipe import builtin_recipes, load_recipe
 from irflow.engine.trace import jsonable
 from irflow.errors import InputError, IrflowError, ParameterError, RecipeError
@@ -46,6 +47,7 @@ from irflow.store.corpus import build
 from irflow.util.corpusmarks import CORPUS, refuse_inside_corpus
 from irflow.util.fileio import explain_os_error, loads_json
 from irflow.util.table import render_table
+from irflow.util.unicode import json_text
 
 __all__ = ["main", "UserError", "parse_sets", "parse_sweeps"]
 
@@ -136,7 +138,7 @@ def _json_option(value: str | None, what: str) -> Any:
 
 
 def _dumps(data: Any) -> str:
-    return json.dumps(jsonable(data), ensure_ascii=False, indent=2)
+    return json_text(jsonable(data), indent=2)  # a path's undecodable bytes as \\uXXXX: the JSON stays UTF-8
 
 
 @click.group(cls=IrflowGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -145,6 +147,7 @@ def main() -> None:
     """irflow: document retrieval as an explicit DAG of small typed stages."""
     # warnings (a misspelled filter field, a missing extra) print as one line each, for this command only
     click.get_current_context().with_resource(_one_line_warnings())
+    click.get_current_context().with_resource(paths_print_as_given())
 
 
 @contextlib.contextmanager
@@ -166,7 +169,7 @@ def _one_line_warnings() -> Iterator[None]:
 @click.argument("input_path", metavar="INPUT.jsonl", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Directory to write the corpus to (a rebuild when it holds one).")
-@click.option("--embedder", default=None,
+@click.option("--embedder", default=None, type=PATH_TEXT,  # a spec may hold a model path
               help='Embedder spec ("onnx:all-MiniLM-L6-v2", "hash", "hash:512", "st:<model>"), or "none" for a '
                    'lexical-only corpus; default: all-MiniLM-L6-v2 when the models extra is installed, else "hash".')
 @click.option("--analyzer", default=None, help="Analyzer name (plain, identifier, english); default english.")
@@ -234,9 +237,10 @@ def _hits_table(hits: Sequence[Any]) -> str:
 
 
 @main.command()
-@click.argument("recipe")
+@click.argument("recipe", type=PATH_TEXT)
 @plugin_option
-@click.option("--corpus", "corpus_path", required=True, help="Corpus directory (or name under $IRFLOW_HOME/corpora).")
+@click.option("--corpus", "corpus_path", required=True, type=PATH_TEXT,
+              help="Corpus directory (or name under $IRFLOW_HOME/corpora).")
 @click.option("--query", "-q", "queries", multiple=True, required=True, help="A query; repeat for a batch.")
 @click.option("--set", "settings", multiple=True, callback=parse_sets, metavar="NAME=VALUE",
               help="Override a recipe parameter (JSON value, else a string); repeatable.")
@@ -291,7 +295,7 @@ def run(recipe: str, corpus_path: str, queries: tuple[str, ...], settings: dict[
 
 
 @main.command()
-@click.argument("recipe")
+@click.argument("recipe", type=PATH_TEXT)
 @plugin_option
 @click.option("--json", "as_json", is_flag=True, help='Print {"ok": ..., "problems": [...]}.')
 def validate(recipe: str, as_json: bool) -> None:
@@ -315,7 +319,7 @@ def validate(recipe: str, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("recipe")
+@click.argument("recipe", type=PATH_TEXT)
 @plugin_option
 @click.option("--format", "fmt", type=click.Choice(["mermaid", "dot"]), default="mermaid", show_default=True)
 def graph(recipe: str, fmt: str) -> None:
@@ -364,9 +368,9 @@ def parse_sweeps(ctx: click.Context | None, param: click.Parameter | None,
 
 
 @main.command("eval")
-@click.argument("recipes", nargs=-1, required=True, metavar="RECIPE [RECIPE ...]")
+@click.argument("recipes", nargs=-1, required=True, type=PATH_TEXT, metavar="RECIPE [RECIPE ...]")
 @plugin_option
-@click.option("--dataset", required=True, metavar="DIR",
+@click.option("--dataset", required=True, type=PATH_TEXT, metavar="DIR",
               help="A BEIR-format collection: corpus.jsonl, queries.jsonl, qrels/<split>.tsv.")
 @click.option("--split", default="test", show_default=True, help="Which qrels/<split>.tsv to evaluate on.")
 @click.option("--metrics", default="ndcg@10,recall@100,mrr@10,map,p@10", show_default=True,
@@ -375,7 +379,7 @@ def parse_sweeps(ctx: click.Context | None, param: click.Parameter | None,
               help="Set a recipe parameter for every recipe that has it (JSON value, else a string); repeatable.")
 @click.option("--sweep", "sweeps", multiple=True, callback=parse_sweeps, metavar="NAME=V1,V2,...",
               help="Evaluate each value (every combination across --sweep options); repeatable.")
-@click.option("--embedder", default=None,
+@click.option("--embedder", default=None, type=PATH_TEXT,  # a spec may hold a model path
               help='Embedder spec ("onnx:all-MiniLM-L6-v2", "hash", "hash:512", "st:all-MiniLM-L6-v2"), or "none" for '
                    'lexical only; default: all-MiniLM-L6-v2 when the models extra is installed, else "hash" (none '
                    'when no recipe has a dense stage).')
@@ -391,7 +395,7 @@ def parse_sweeps(ctx: click.Context | None, param: click.Parameter | None,
               help="Evaluate only a fixed seeded half of the judged queries: 'tune' to choose settings on, "
                    "'test' to report on (for collections without training qrels).")
 @click.option("--holdout-seed", type=int, default=0, show_default=True, help="Seed of the --holdout split.")
-@click.option("--baseline", default=None, metavar="RECIPE",
+@click.option("--baseline", default=None, type=PATH_TEXT, metavar="RECIPE",
               help="Compare every system with this one (a label or another recipe): paired tests, Holm-corrected.")
 @click.option("--runs", "runs_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write each system's ranking as a TREC run file into this directory.")
@@ -474,7 +478,7 @@ def _needs_vectors(recipes: Sequence[str], baseline: str | None) -> bool:
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the demo run's trace to this file.")
 @click.option("--k", type=click.IntRange(min=1), default=None, help="Hits per query.")
-@click.option("--embedder", default=None,
+@click.option("--embedder", default=None, type=PATH_TEXT,  # a spec may hold a model path
               help='Embedder spec ("onnx:all-MiniLM-L6-v2", "hash", ...); default: all-MiniLM-L6-v2 when the models '
                    'extra is installed, else "hash".')
 def demo(queries: tuple[str, ...], filter_json: str | None, mode: str | None, trace_path: Path | None,
@@ -493,6 +497,7 @@ from irflow.cli.trace import trace  # noqa: E402  (the "trace" group lives in it
 
 main.add_command(trace)
 main.add_command(shard_command)
+utf8_parameters(main)  # every plain string parameter is UTF-8 text (paths are declared PATH_TEXT)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

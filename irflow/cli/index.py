@@ -30,12 +30,13 @@ from typing import Any
 import attrs
 
 from irflow.evaluation.datasets import DatasetError, document_records, parse_document
-from irflow.errors import InputError
+from irflow.errors import InputError, RecordError
 from irflow.util.fileio import loads_json, open_regular, read_lines
 from irflow.util.progress import bar
 from irflow.store.records import Record
 from irflow.engine.validators import closest
 from irflow.store.record_store import prepare_records
+from irflow.store.recordcheck import checked_record
 
 __all__ = ["RECORD_FORMAT", "BadLine", "RecordFile", "read_record_file", "bad_lines_report", "skipped_report"]
 
@@ -191,7 +192,13 @@ class _Lines:
         else:
             record, kind, reason = _record(obj)
             made = None if record is None else [record]
-        return BadLine(number, kind, reason) if made is None else made
+        if made is None:
+            return BadLine(number, kind, reason)
+        try:
+            # what build() would refuse (text UTF-8 cannot hold, metadata JSON cannot), said per line
+            return [checked_record(r) for r in made]
+        except RecordError as error:
+            return BadLine(number, "value", str(error))
 
 
 def read_record_file(path: str | Path, *, title_mode: str = "prepend", progress: bool = False) -> RecordFile:

@@ -20,6 +20,7 @@ from typing import Any
 
 import click
 
+from irflow.cli.text import PATH_TEXT
 from irflow.engine.kinds import module_from_file
 
 __all__ = ["plugin_option", "load_plugin", "PLUGINS_META"]
@@ -76,6 +77,6 @@ def _load(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> 
 
 #: The ``--plugin MODULE`` option of the commands that load recipes (run, validate, graph, eval).
 plugin_option: Any = click.option(
-    "--plugin", "plugins", multiple=True, metavar="MODULE", callback=_load, expose_value=False, is_eager=True,
+    "--plugin", "plugins", multiple=True, type=PATH_TEXT, metavar="MODULE", callback=_load, expose_value=False, is_eager=True,
     help="Import MODULE first (a module name, or a .py path) so the stage kinds it registers can be used; "
          "repeatable. Recipe files never name code: you do, here.")

@@ -27,6 +27,7 @@ from irflow.store.persist import FORMAT_VERSION
 from irflow.engine.recipe import load_recipe
 from irflow.util.corpusmarks import CORPUS, refuse_inside_corpus
 from irflow.util.table import render_table
+from irflow.util.unicode import check_text
 from irflow.kernels.text import get_analyzer
 
 __all__ = ["EXAMPLE_QUERIES", "DEFAULT_TRACE", "installed_corpus", "run_demo", "scoring_stage"]
@@ -101,6 +102,9 @@ def run_demo(
     if trace_path is not None:
         refuse_inside_corpus(trace_path, "trace")  # said before the corpus is built, not after the run
     queries = list(queries) or list(EXAMPLE_QUERIES)
+    for i, query in enumerate(queries):  # refused before the corpus is built (the run would refuse it after)
+        if isinstance(query, str):
+            check_text(query, f"query {i}")
     if embedder is None:
         embedder, note = cli_default_embedder()
         if note:

@@ -6,16 +6,17 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
+from irflow.cli.text import PATH_TEXT
 from irflow.engine.trace import jsonable
 from irflow.shard.split import shard_corpus
 from irflow.store.corpus import open_corpus
+from irflow.util.unicode import json_text
 
 __all__ = ["ray_option", "shard_command"]
 
@@ -29,7 +30,7 @@ ray_option: Any = click.option(
 
 
 @click.command("shard")
-@click.argument("corpus_path", metavar="CORPUS")
+@click.argument("corpus_path", type=PATH_TEXT, metavar="CORPUS")
 @click.option("--shards", "n", required=True, type=click.IntRange(min=1), help="Number of shards.")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Directory to write the sharded corpus to (a reshard when it holds one).")
@@ -43,7 +44,7 @@ def shard_command(corpus_path: str, n: int, out: Path, progress: bool | None, as
                "shards": [{"dir": e.dir, "rows": e.n_rows, "artifacts": e.artifacts, "first_row": e.first_row,
                            "contiguous": e.contiguous} for e in manifest.shards]}
     if as_json:
-        click.echo(json.dumps(jsonable(summary), ensure_ascii=False, indent=2))
+        click.echo(json_text(jsonable(summary), indent=2))
         return
     sizes = ", ".join(f"{e.n_rows}" for e in manifest.shards)
     click.echo(f"sharded {manifest.live} records of corpus {manifest.name!r} into {len(manifest.shards)} shards "

@@ -10,12 +10,12 @@ Everything here reads the JSON Lines file alone (no corpus, nothing re-run):
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from irflow.engine.trace import Trace, diff as diff_stages, jsonable
+from irflow.util.unicode import json_text
 
 __all__ = ["trace"]
 
@@ -23,7 +23,7 @@ _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
 def _echo_json(data: object) -> None:
-    click.echo(json.dumps(jsonable(data), ensure_ascii=False, indent=2))
+    click.echo(json_text(jsonable(data), indent=2))
 
 
 @click.group()

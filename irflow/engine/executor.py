@@ -42,10 +42,11 @@ from irflow.engine.plan import OFF, THROUGH, Step, plan_run, when_holds
 from irflow.engine.ports import CANDIDATES, HITS, MASK, QUERIES, QUERY, PortType
 from irflow.engine.result import Result
 from irflow.engine.stage import Stage, StageContext
-from irflow.errors import ArgumentError, RecipeError, StageError
+from irflow.errors import ArgumentError, ParameterError, RecipeError, StageError
 from irflow.store.protocol import CorpusProtocol
 from irflow.util.cachekey import UnkeyableError, cache_key
 from irflow.util.fileio import check_nesting
+from irflow.util.unicode import check_text, find_lone_surrogate, surrogate_reason
 
 __all__ = ["run_recipe", "check_corpus", "StageCache", "StageEvent", "TraceRecorder", "INACTIVE", "is_inactive"]
 
@@ -128,10 +129,27 @@ def check_corpus(corpus: Any, where: str) -> None:
 
 def _batch(query_or_queries: Any) -> tuple[QueryBatch, bool]:
     if isinstance(query_or_queries, str):
+        check_text(query_or_queries, "the query")  # InputError: text UTF-8 cannot encode (irflow.util.unicode)
         return QueryBatch.of([query_or_queries]), True
     if isinstance(query_or_queries, QueryBatch):
-        return query_or_queries, False
-    return QueryBatch.of(query_or_queries), False  # ArgumentError for a dict, a set, bytes, a non-iterable
+        batch = query_or_queries
+    else:
+        batch = QueryBatch.of(query_or_queries)  # ArgumentError for a dict, a set, bytes, a non-iterable
+    for i, text in enumerate(batch.originals):  # text UTF-8 cannot encode is refused (irflow.util.unicode)
+        check_text(text, f"query {i}")
+    if batch.texts is not batch.originals:  # a formulated batch passed in: its texts are embedded too
+        for i, text in enumerate(batch.texts):
+            check_text(text, f"query text {i}")
+    return batch, False
+
+
+def _text_problem(name: str, value: Any) -> str | None:
+    """Why run argument ``name`` is refused for its text (a lone surrogate in a string, keys included), or None."""
+    found = find_lone_surrogate(value, name)
+    if found is None:
+        return None
+    where, text, at = found
+    return f"{'' if where == name else f'{where}: '}{surrogate_reason(text, at)}"
 
 
 def _check_output(value: Any, expected: PortType, corpus: Any) -> str | None:
@@ -243,8 +261,15 @@ class _Run:
         """Resolve everything a run needs before a stage runs; bad arguments fail here, naming what is wrong."""
         pipeline = Pipeline.of(recipe)
         for name, value in params.items():  # freezing and hashing parameters recurse: bound the depth first
-            if type(value) not in _SCALARS:  # a plain scalar nests nothing (a fixed cost of every search())
+            kind = type(value)
+            if kind is str and value.isascii():
+                continue
+            if kind not in _SCALARS:  # a plain scalar nests nothing (a fixed cost of every search())
                 check_nesting(value, f"recipe {recipe.name!r}: parameter {name!r}")
+            if kind not in _SCALARS or kind is str:  # text must be UTF-8 text, at any depth
+                why = _text_problem(name, value)
+                if why is not None:
+                    raise ParameterError(recipe.name, [(name, value, why, None)])
         values, values_key = resolve_params_keyed(recipe, params)
         batch, single = _batch(query_or_queries)
         check_corpus(corpus, f"recipe {recipe.name!r}")

@@ -53,6 +53,7 @@ from irflow.engine.values import Summary, json_float, jsonable
 from irflow.errors import TraceError, TraceFileNotFound
 from irflow.util.fileio import MAX_NESTING, check_nesting, decode_utf8, open_regular, read_lines, shown, \
     too_many_digits
+from irflow.util.unicode import json_text
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "MAX_TRACE_BYTES", "MAX_STRING_ITEMSIZE", "MAX_COLUMN_BYTES", "render",
            "candidate_dicts", "query_positions", "json_line", "read_trace_file", "parse_trace_records", "ParsedTrace"]
@@ -75,7 +76,6 @@ _MAX_INDEX = 1 << 62
 # the dtypes Trace.dump writes for provenance columns (numpy's dtype.str): bool, ints, floats, object,
 # fixed-width strings; anything else in a file (void, datetime, structured, "<U5000000"...) is refused
 _DTYPE = re.compile(r"^[<>|=]?(?:b1|[iu][1248]|f[248]|O|[US]([1-9][0-9]{0,9}))\Z")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _SCALES = tuple(scale.value for scale in Scale)
 
 
@@ -328,12 +328,8 @@ def event_from_lines(name: str, lines: Sequence[Mapping[str, Any]], originals: t
 
 def json_line(record: Mapping[str, Any]) -> bytes:
     """One trace line as UTF-8 bytes; any ``str`` welcome."""
-    text = json.dumps(record, ensure_ascii=False, allow_nan=False)
-    if _SURROGATE.search(text) is not None:
-        # a lone surrogate cannot be encoded as UTF-8; in JSON its \\uXXXX escape is the same string
-        # (surrogates only occur inside JSON strings: every other character json.dumps writes is ASCII)
-        text = _SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
-    return (text + "\n").encode("utf-8")
+    # a lone surrogate cannot be encoded as UTF-8; in JSON its \\uXXXX escape is the same string
+    return (json_text(record, allow_nan=False) + "\n").encode("utf-8")
 
 
 # --------------------------------------------------------------------------

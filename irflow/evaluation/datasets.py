@@ -30,8 +30,10 @@ from typing import Any, Iterable, Iterator, Literal, Mapping
 
 import attrs
 
-from irflow.errors import DatasetError
+from irflow.errors import DatasetError, RecordError
 from irflow.util.fileio import decode_utf8, loads_json, open_regular, read_lines, shown
+from irflow.util.unicode import check_text
+from irflow.store.recordcheck import json_metadata
 from irflow.store.records import Record
 
 __all__ = [
@@ -204,6 +206,10 @@ def parse_document(obj: Mapping[str, Any], where: str = "") -> Document:
     metadata = obj.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise DatasetError(f"{_at(where)}'metadata' must be a JSON object, got {type(metadata).__name__}")
+    try:
+        metadata = json_metadata(metadata)  # what a corpus stores: no lone surrogate, NaN or infinity
+    except RecordError as error:
+        raise DatasetError(f"{_at(where)}{error}") from None
     return Document(_id_field(where, obj), _str_field(where, obj, "title", required=False),
                     _str_field(where, obj, "text", required=True), metadata)
 
@@ -289,6 +295,7 @@ def _id_field(where: str, obj: Mapping[str, Any]) -> str:
         value = str(value)
     if not isinstance(value, str) or not value:
         raise DatasetError(f"{_at(where)}'_id' must be a non-empty string, got {shown(value)}")
+    check_text(value, f"{_at(where)}'_id'", error=DatasetError)
     return value
 
 
@@ -298,6 +305,7 @@ def _str_field(where: str, obj: Mapping[str, Any], key: str, required: bool) -> 
         return ""
     if not isinstance(value, str):
         raise DatasetError(f"{_at(where)}'{key}' must be a string, got {shown(value)}")
+    check_text(value, f"{_at(where)}'{key}'", error=DatasetError)
     return value
 
 

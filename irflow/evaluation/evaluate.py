@@ -54,13 +54,17 @@ import numpy as np
 from irflow.engine.batches import Candidates
 from irflow.engine.executor import StageCache
 from irflow.evaluation.cache import corpus_for
-from irflow.evaluation.datasets import Collection, load_beir
+from irflow.evaluation.datasets import Collection, DatasetError, load_beir
 from irflow.evaluation.metrics import EvaluationError, Metric, Qrels, Run, parse_metrics, per_query
 from irflow.evaluation.on_ray import evaluate_batches_on_ray
 from irflow.evaluation.plans import Plan
 from irflow.evaluation.plans import plan as plan_systems
 from irflow.evaluation.results import Comparisons, Evaluation, SystemResult
+<<<<<<< HEAD
 from irflow.shard.ray_backend import connect as connect_to_ray
+=======
+from irflow.util.unicode import check_text
+>>>>>>> i20-text
 
 __all__ = [
     "DEFAULT_METRICS",
@@ -172,6 +176,9 @@ def _select_queries(collection: Collection, queries: Iterable[str] | None) -> di
         chosen = {q: judged[q] for q in wanted}
     if not chosen:
         raise EvaluationError(f"{collection.name}: no judged query to evaluate in the {collection.split!r} split")
+    for qid, text in chosen.items():  # a Collection made in Python: what load_beir checks per line
+        check_text(qid, f"{collection.name}: a query id", error=DatasetError)
+        check_text(text, f"{collection.name}: the text of query {qid!r}", error=DatasetError)
     return chosen
 
 

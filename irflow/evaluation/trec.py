@@ -15,6 +15,7 @@ from pathlib import Path
 from irflow.errors import DatasetError
 from irflow.evaluation.datasets import HashingLines, add_judgement, parse_grade, where
 from irflow.util.fileio import shown, write_atomic
+from irflow.util.unicode import check_text
 
 __all__ = ["read_trec_qrels", "read_trec_run", "write_trec_run"]
 
@@ -71,6 +72,7 @@ def read_trec_run(path: str | os.PathLike[str]) -> dict[str, dict[str, float]]:
 def _token(value: str, what: str) -> str:
     if not isinstance(value, str) or not value or any(c.isspace() for c in value):
         raise DatasetError(f"{what} {value!r} cannot be written to a TREC run: it must be a non-empty string without whitespace")
+    check_text(value, what, error=DatasetError)  # a run file is UTF-8 text
     return value
 
 

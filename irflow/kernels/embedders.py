@@ -37,6 +37,7 @@ from irflow.kernels import onnx_embedder  # its heavy imports (onnxruntime, toke
 from irflow.kernels.hash_embedder import DEFAULT_HASH_DIM, HASH_EMBEDDER_VERSION, HashEmbedder
 from irflow.kernels.vectors import normalize_rows
 from irflow.util.extras import install_hint
+from irflow.util.unicode import check_text
 
 __all__ = [
     "Embedder",
@@ -189,6 +190,9 @@ class Embedder:
         for i, text in enumerate(batch):
             if not isinstance(text, str):
                 raise EmbedderError(f"{self.describe()} takes texts (str); item {i} is {type(text).__name__}")
+            # a model's tokenizer takes valid Unicode only (a TypeError deep in it otherwise); irflow's
+            # rule for text everywhere (irflow.util.unicode)
+            check_text(text, f"{self.describe()}: item {i}", error=EmbedderError)
         if not batch:
             # Do not call the embedder: many fail on an empty batch.
             return np.zeros((0, self.dim or 0), dtype=np.float32)

@@ -54,6 +54,7 @@ import numpy as np
 
 from irflow.errors import EmbedderError
 from irflow.util.extras import install_hint
+from irflow.util.unicode import check_text
 
 __all__ = [
     "OnnxEmbedder",
@@ -321,8 +322,11 @@ class OnnxEmbedder:
 
     def __call__(self, texts: Sequence[str], kind: str = "document") -> np.ndarray:
         """Float32 (n, dim) unit rows, in the order of ``texts``."""
+        texts = list(texts)
+        for i, text in enumerate(texts):  # the tokenizer takes valid Unicode only (a TypeError deep in it otherwise)
+            check_text(text, f"the ONNX embedder: item {i}", error=EmbedderError)
         tokenizer, session, names = self.load()
-        encodings = tokenizer.encode_batch(list(texts))
+        encodings = tokenizer.encode_batch(texts)
         ids = [np.asarray(e.ids, dtype=np.int64) for e in encodings]
         lengths = np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
         order = np.argsort(lengths, kind="stable")

@@ -38,6 +38,7 @@ import numpy as np
 from irflow.errors import CorpusError
 from irflow.util.corpusmarks import SHARDED_FORMAT, SHARDS_FILE
 from irflow.util.fileio import write_atomic
+from irflow.util.unicode import json_text
 from irflow.store.generations import checksum
 
 __all__ = ["MANIFEST_FILE", "FORMAT_NAME", "FORMAT_VERSION", "ShardEntry", "ShardManifest", "read_manifest",
@@ -124,7 +125,7 @@ class ShardManifest:
             "embedder": None if self.embedder is None else dict(self.embedder),
             "shards": [{**attrs.asdict(entry), "kinds": list(entry.kinds)} for entry in self.shards],
         }
-        return json.dumps(data, ensure_ascii=False, indent=1) + "\n"
+        return json_text(data, indent=1) + "\n"
 
 
 def is_sharded(root: str | Path) -> bool:

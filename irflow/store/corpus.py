@@ -42,6 +42,7 @@ from irflow.store.records import Record, SearchHit
 from irflow.store.vectors import VectorCheck, document_vectors
 from irflow.util.corpusmarks import CORPUS, refuse_inside_corpus
 from irflow.util.progress import bar, phase
+from irflow.util.unicode import check_text
 
 __all__ = ["Corpus", "build", "open_corpus"]
 
@@ -444,6 +445,8 @@ def build(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
+    if isinstance(name, str):
+        check_text(name, "build(): name")  # hits carry it (their source): UTF-8 text, as every name
     prepared = prepare_records(records)
     if not prepared:
         raise CorpusError("build() got no records; a corpus needs at least one record")

@@ -57,7 +57,6 @@ so a FIFO cannot hang a reader and a link to ``/dev/zero`` cannot fill memory.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import stat
@@ -73,6 +72,7 @@ except ImportError:  # pragma: no cover - Windows: readers rely on the retry alo
 
 from irflow.errors import CorpusError
 from irflow.util.corpusmarks import CURRENT_FILE, CURRENT_LIMIT, GEN_RE, MARKER_FILE, MARKER_TEXT, POINTER_RE, TMP_GEN_RE
+from irflow.util.unicode import json_text
 from irflow.store.genfiles import (
     FILE_NAME_RE,
     GEN_PREFIX,
@@ -440,7 +440,7 @@ def write_generation(
         _pause_point(f"after:{file}")
     full = dict(manifest)
     full["files"] = dict(sorted(table.items()))
-    raw = json.dumps(full, indent=1, sort_keys=True, ensure_ascii=False).encode("utf-8")
+    raw = json_text(full, indent=1, sort_keys=True).encode("utf-8")  # a path's undecodable bytes as \\uXXXX
     write_file(tmp / MANIFEST_FILE, raw)
     fsync_dir(tmp)
     _pause_point("before-rename")

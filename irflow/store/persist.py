@@ -43,7 +43,6 @@ file — a damaged corpus never answers.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Mapping, TypeVar
@@ -58,6 +57,7 @@ from irflow.store import recordfiles
 from irflow.store.recordfiles import all_of_type, load_array, load_json
 from irflow.store.record_store import CorpusStore
 from irflow.kernels.text import Analyzer
+from irflow.util.unicode import json_text
 
 __all__ = [
     "FORMAT_NAME",
@@ -117,7 +117,8 @@ class StoredCorpus:
 
 def _json_bytes(value: Any, what: str) -> bytes:
     try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        # UTF-8 whatever it holds: a model path whose bytes are not UTF-8 is written as its \\uXXXX escapes
+        return json_text(value, separators=(",", ":")).encode("utf-8")
     except (TypeError, ValueError) as exc:
         raise CorpusError(
             f"cannot write {what} as JSON ({exc}); on-disk corpora store metadata as JSON — "

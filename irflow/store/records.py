@@ -90,7 +90,9 @@ class Record:
         never collide in practice; traces show the artifact and kind beside it.
         """
         payload = json.dumps([artifact_id, surface_kind, int(surface_index)], ensure_ascii=False)
-        return hashlib.blake2b(payload.encode("utf-8"), digest_size=10).hexdigest()
+        # surrogatepass: any str gets an id (the same bytes as UTF-8 for all text build() accepts), so a
+        # record is refused by build()'s check, naming the field, never by a UnicodeEncodeError here
+        return hashlib.blake2b(payload.encode("utf-8", "surrogatepass"), digest_size=10).hexdigest()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Record":
