@@ -60,11 +60,8 @@ from irflow.evaluation.on_ray import evaluate_batches_on_ray
 from irflow.evaluation.plans import Plan
 from irflow.evaluation.plans import plan as plan_systems
 from irflow.evaluation.results import Comparisons, Evaluation, SystemResult
-<<<<<<< HEAD
 from irflow.shard.ray_backend import connect as connect_to_ray
-=======
 from irflow.util.unicode import check_text
->>>>>>> i20-text
 
 __all__ = [
     "DEFAULT_METRICS",
