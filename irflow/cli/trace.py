@@ -10,12 +10,12 @@ Everything here reads the JSON Lines file alone (no corpus, nothing re-run):
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from irflow.engine.trace import Trace, diff as diff_stages, jsonable
+from irflow.util.jsontext import outline
 
 __all__ = ["trace"]
 
@@ -23,7 +23,9 @@ _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
 def _echo_json(data: object) -> None:
-    click.echo(json.dumps(jsonable(data), ensure_ascii=False, indent=2))
+    # the outer levels (stages, candidates) one item a line, each candidate's fields compact: what a trace
+    # file holds comes back at a few times its size however it nests (indent=2 on every level would not)
+    click.echo(outline(jsonable(data), levels=4))
 
 
 @click.group()
