@@ -22,6 +22,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+import irflow.engine.explain
 from irflow.cli.app import main
 from irflow.engine.batches import QueryBatch
 from irflow.engine.events import StageEvent
@@ -280,3 +281,24 @@ def test_a_dumped_trace_passes_every_check_and_is_a_fixed_point(lines, tmp_path)
     loaded = Trace.load(path)
     assert loaded.records() == lines
     assert loaded.queries == QueryBatch.of(QUERIES)
+
+
+def test_explaining_a_trace_of_many_mask_stages_is_linear(lines, tmp_path, monkeypatch):
+    """explain asks, for each mask stage, whether a stage it fed holds the record: once for all stages,
+    not once per mask stage over every stage (a file of thousands of mask stages cost their square)."""
+    many = copy.deepcopy(lines)
+    masks = [line for line in many[1:] if line["stage"] == "candidates"]
+    n_masks = 300
+    for i in range(n_masks):
+        many.extend(dict(line, stage=f"m{i}") for line in masks)
+    for line in many[1:]:
+        if line["stage"] == "dense":
+            line["inputs"].update({f"m{i}": {"type": "mask", "count": 1, "size": 1} for i in range(n_masks)})
+    loaded = Trace.load(_write(tmp_path / "masks.jsonl", many))
+    calls = []
+    original = irflow.engine.explain._position
+    monkeypatch.setattr(irflow.engine.explain, "_position", lambda *a: calls.append(a) or original(*a))
+    record = _stage_line(lines, "collapse")["candidates"][0]["record_id"]
+    explanation = loaded.explain(record)
+    assert [s.note for s in explanation.steps if s.stage.startswith("m")] == ["in the candidate set"] * n_masks
+    assert len(calls) < 5 * len(lines)  # not n_masks times the stages fed by them
