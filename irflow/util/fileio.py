@@ -222,11 +222,11 @@ def _json_depth(text: str, limit: int) -> int:
 
 
 def check_json_depth(text: str, where: str, *, limit: int = MAX_NESTING,
-                     error: Callable[[str], Exception] = InputError) -> None:
+                     error: Callable[[str], Exception] = InputError, fix: str = "flatten the value") -> None:
     """``error`` when JSON ``text`` nests lists/objects deeper than ``limit`` (checked before parsing)."""
     depth = _json_depth(text, limit)
     if depth > limit:
-        raise error(f"{where}: nested {depth} levels deep; the limit is {limit} (flatten the value)")
+        raise error(f"{where}: nested {depth} levels deep; the limit is {limit} ({fix})")
 
 
 def too_many_digits() -> str:
@@ -235,19 +235,20 @@ def too_many_digits() -> str:
     return f"a number has more than {limit} digits, the limit Python reads; write a smaller number"
 
 
-def loads_json(text: str, where: str, *, max_depth: int = MAX_NESTING, error: Callable[[str], Exception] = InputError) -> Any:
-    """``json.loads(text)`` within a nesting limit; ``error`` for too deep or too long numbers.
+def loads_json(text: str, where: str, *, max_depth: int = MAX_NESTING, error: Callable[[str], Exception] = InputError,
+               fix: str = "flatten the value") -> Any:
+    """``json.loads(text)`` within a nesting limit; ``error`` for too deep (saying ``fix``) or too long numbers.
 
     Syntax errors stay :class:`json.JSONDecodeError`, for the caller to word
     in its context (a line number, an option name).
     """
-    check_json_depth(text, where, limit=max_depth, error=error)
+    check_json_depth(text, where, limit=max_depth, error=error, fix=fix)
     try:
         return json.loads(text)
     except json.JSONDecodeError:
         raise
     except RecursionError:
-        raise error(f"{where}: nested too deeply; the limit is {max_depth} (flatten the value)") from None
+        raise error(f"{where}: nested too deeply; the limit is {max_depth} ({fix})") from None
     except ValueError:  # Python refuses integers longer than sys.get_int_max_str_digits()
         raise error(f"{where}: {too_many_digits()}") from None
 
