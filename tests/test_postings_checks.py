@@ -30,7 +30,7 @@ def _problems(arrays: dict[str, np.ndarray], terms: list[str]) -> list[str]:
                           postings.row_offsets, postings.row_terms, str)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(tokens=TOKENS)
 def test_every_built_index_passes(tokens):
     built = Postings.build(tokens)
@@ -39,7 +39,7 @@ def test_every_built_index_passes(tokens):
     assert _problems(without_row_major, built.vocab_terms) == []  # older files: rebuilt, then checked
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(tokens=TOKENS, data=st.data())
 def test_one_changed_length_is_always_found(tokens, data):
     built = Postings.build(tokens)
@@ -50,7 +50,7 @@ def test_one_changed_length_is_always_found(tokens, data):
     assert _problems(arrays, built.vocab_terms)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(tokens=TOKENS, data=st.data())
 def test_lengths_moved_between_rows_are_found(tokens, data):
     built = Postings.build(tokens)
@@ -64,7 +64,7 @@ def test_lengths_moved_between_rows_are_found(tokens, data):
     assert _problems(arrays, built.vocab_terms)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(tokens=TOKENS, data=st.data())
 def test_one_changed_posting_row_or_row_term_is_found(tokens, data):
     built = Postings.build(tokens)
