@@ -15,7 +15,8 @@ from pathlib import Path
 import click
 
 from irflow.engine.trace import Trace, diff as diff_stages, jsonable
-from irflow.util.unicode import json_text
+from irflow.util.jsontext import outline
+from irflow.util.unicode import escape_surrogates
 
 __all__ = ["trace"]
 
@@ -23,7 +24,10 @@ _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
 def _echo_json(data: object) -> None:
-    click.echo(json_text(jsonable(data), indent=2))
+    # the outer levels (stages, candidates) one item a line, each candidate's fields compact: what a trace
+    # file holds comes back at a few times its size however it nests (indent=2 on every level would not);
+    # a lone surrogate (a corpus named by a non-UTF-8 folder) as its JSON escape, which UTF-8 can print
+    click.echo(escape_surrogates(outline(jsonable(data), levels=4)))
 
 
 @click.group()

@@ -284,7 +284,7 @@ def _collapse_note(trace: "Trace", event: Any, query: int, row: int, present: bo
     return f"not kept: artifact {artifact} is below the cut (k)"
 
 
-def _trace_step(trace: "Trace", event: Any, query: int, row: int) -> Step:
+def _trace_step(trace: "Trace", event: Any, query: int, row: int, fed_holds: set[str]) -> Step:
     output = event.output
     inputs = _fuse_inputs(event.ports, (), event.name) if event.kind == "fuse" else []
     if output is INACTIVE or (isinstance(output, Candidates) and not output.active):
@@ -295,8 +295,7 @@ def _trace_step(trace: "Trace", event: Any, query: int, row: int) -> Step:
                     note="in the candidate set" if kept else "filtered out")
     if isinstance(output, Summary) and output.type == "mask":
         # a trace file keeps a mask's size, not its rows; a record that reached a stage fed by it was in it
-        fed = [e.output for e in trace if event.name in e.inputs and isinstance(e.output, Candidates)]
-        if any(_position(o, query, row) is not None for o in fed):
+        if event.name in fed_holds:
             return Step(event.name, event.kind, event.status, True, note="in the candidate set")
         return Step(event.name, event.kind, event.status, None, note="candidate mask (its rows are not in a trace file)")
     if isinstance(output, QueryBatch):
@@ -332,7 +331,13 @@ def explain_trace(trace: "Trace", record: Any, *, query: int = 0, output_stage: 
     query = trace.check_query(query)
     key = _key_of(record)
     row = _trace_target(trace, key, query)
-    steps = tuple(_trace_step(trace, event, query, row) for event in trace)
+    # the stages that fed a stage whose candidates hold the row, found once (not once per mask stage: a file
+    # of thousands of mask stages would cost their square)
+    fed_holds: set[str] = set()
+    for event in trace:
+        if isinstance(event.output, Candidates) and _position(event.output, query, row) is not None:
+            fed_holds.update(event.inputs)
+    steps = tuple(_trace_step(trace, event, query, row, fed_holds) for event in trace)
     last = output_stage or (trace.stages[-1] if len(trace) else "")
     final = next((s for s in steps if s.stage == last), None)
     (record_ids, artifacts, kinds) = trace.identify(np.array([row]))

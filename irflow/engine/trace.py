@@ -382,7 +382,8 @@ def _render_count(value: Any, query: int) -> str:
     if isinstance(value, np.ndarray) and value.dtype == np.bool_:
         return f"{int(np.count_nonzero(value))} rows"
     if isinstance(value, Summary):
-        return f"{value.count} rows" if value.type == "mask" else str(value.count if value.count is not None else "?")
+        count = value.of_query(query).get("count")
+        return f"{count} rows" if value.type == "mask" else str(count if count is not None else "?")
     if value is INACTIVE:
         return "off"
     if isinstance(value, QueryBatch):

@@ -261,11 +261,13 @@ class ShardedCorpus:
             return
         anywhere = np.asarray(np.array(self._everywhere("fields_present", todo), dtype=bool).any(axis=0))
         present: list[bool] = anywhere.tolist()
+        known: list[str] | None = None  # the fields every shard has, asked once (not once per unknown path)
         for path, found in zip(todo, present):
             if found or not self.warned.first("field", path):
                 continue
-            warn_unknown_field(self._label(), path, sorted(set().union(*self._everywhere("field_paths"))),
-                               stacklevel=4)
+            if known is None:
+                known = sorted(set().union(*self._everywhere("field_paths")))
+            warn_unknown_field(self._label(), path, known, stacklevel=4)
 
     def _refs(self, mask: np.ndarray | None) -> list[Any]:
         """What each shard is sent for *mask*: nothing, its filter (a mask made here), or its rows."""

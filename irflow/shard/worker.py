@@ -38,7 +38,6 @@ from irflow.errors import CorpusError, FilterError, NoLedgerEntry
 from irflow.store.generations import MANIFEST_FILE as GENERATION_MANIFEST
 from irflow.store.generations import checksum, read_current
 from irflow.store.ledger import records_for_artifact
-from irflow.store.masks import _field_paths
 from irflow.shard.manifest import ShardEntry
 
 __all__ = ["ShardWorker", "math_fingerprint", "MaskRef"]
@@ -269,11 +268,11 @@ class ShardWorker:
     # -- metadata fields (the driver's misspelled-field warning) ----------------------------
 
     def fields_present(self, paths: Sequence[str]) -> list[bool]:
-        """Whether any live row of this shard has each field path."""
+        """Whether any live row of this shard has each field path (many paths: one walk indexing every field)."""
         columns, live = self.corpus.columns, self.corpus.live
-        return [bool((columns.column(path).present & live).any()) for path in paths]
+        columns.prepare(paths)
+        return [columns.column(path).present_in(live) for path in paths]
 
     def field_paths(self) -> list[str]:
-        """Every dotted field path of the live records' metadata, sorted."""
-        store = self.corpus.store
-        return _field_paths(store.metadata[i] for i in np.flatnonzero(store.live).tolist())
+        """Every dotted field path of the live records' metadata, sorted (one walk, kept until a delete)."""
+        return self.corpus.field_paths()

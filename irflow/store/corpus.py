@@ -157,6 +157,10 @@ class Corpus:
         """Columnar metadata for filters, built on first use (a lexical-only lookup never pays for it)."""
         return self._masks.columns
 
+    def field_paths(self) -> list[str]:
+        """The dotted field paths of the live records' metadata, sorted (one walk, kept until a delete)."""
+        return self._masks.field_paths()
+
     @property
     def embedder_spec(self) -> str | None:
         """The recorded embedder spec ("hash:256", "st:..."), None for a custom callable or no embedder."""

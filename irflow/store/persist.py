@@ -34,7 +34,12 @@ read.  Reading verifies sizes always and checksums unless ``verify=False``:
 every file on open, except the vectors, which are mapped and verified on
 first dense use (with the check of their norms: one pass, which a
 lexical-only use never pays); anything off raises ``CorpusError`` naming the
-file — a damaged corpus never answers.
+file — a damaged corpus never answers.  Files edited with their checksums
+recomputed are caught by consistency checks, vectorized per array: the
+manifest's kinds (each once, each held by a row) and counts against the files,
+the ledger (no row twice; a row of another artifact when its entry is read),
+the postings (:mod:`irflow.kernels.postings_checks`; the exact row-by-row
+ones on first lexical use).
 
 >>> # save_corpus(root, ...) writes a generation; load_store(root) reads only
 >>> # the store files (no vectors, no postings) for sibling lookups.
@@ -244,6 +249,9 @@ def _check_format(generation: gens.Generation) -> None:
     kinds = manifest.get("kinds", [])
     if not isinstance(kinds, list) or not all(type(k) is str for k in kinds):
         raise _bad_manifest(generation, "'kinds' must be a list of surface kind names")
+    if len(set(kinds)) != len(kinds):  # a kind listed twice would split its rows between two codes
+        twice = sorted({k for k in kinds if kinds.count(k) > 1})
+        raise _bad_manifest(generation, f"'kinds' lists {', '.join(map(repr, twice))} more than once")
     names = manifest.get("postings_arrays", list(ARRAY_NAMES))
     if not isinstance(names, list) or not all(isinstance(n, str) and n in ARRAY_NAMES for n in names):
         raise _bad_manifest(generation, f"'postings_arrays' must list names among {list(ARRAY_NAMES)}")
@@ -312,7 +320,17 @@ def _load_tombstones(generation: gens.Generation, *, verify: bool) -> np.ndarray
     if rows.size and (rows.min() < 0 or rows.max() >= n_rows):
         raise CorpusError(f"{generation.dir}/{TOMBSTONES_FILE} names rows outside 0..{n_rows - 1}; the corpus is "
                           "damaged — rebuild it")
+    if rows.size > 1 and bool((np.diff(rows) <= 0).any()):
+        raise CorpusError(f"{generation.dir}/{TOMBSTONES_FILE} does not list rows once each, ascending; the corpus "
+                          "is damaged — rebuild it")
     return rows
+
+
+def _check_count(generation: gens.Generation, key: str, found: int, what: str) -> None:
+    """The manifest's ``counts[key]`` (when written) is ``found``, what the files hold."""
+    said = generation.manifest["counts"].get(key)
+    if said is not None and said != found:
+        raise _bad_manifest(generation, f"'counts' says {said} {what}, but the files hold {found}")
 
 
 def _store_from(generation: gens.Generation, *, verify: bool, name: str | None) -> CorpusStore:
@@ -321,6 +339,8 @@ def _store_from(generation: gens.Generation, *, verify: bool, name: str | None) 
     deleted = _load_tombstones(generation, verify=False)  # just verified
     read = recordfiles.read_v2 if version == 2 else recordfiles.read_v1
     store = read(generation, deleted, name)
+    _check_count(generation, "live", store.n_rows - int(deleted.size), "live records")
+    _check_count(generation, "artifacts", len(store.ledger_table), "artifacts in the ledger")
     store.set_tombstone_writer(TombstoneWriter(generation))
     return store
 
@@ -369,9 +389,12 @@ def _corpus_from(generation: gens.Generation, *, verify: bool, name: str | None)
     if not isinstance(vocab, list) or not all_of_type(vocab, str):
         raise CorpusError(f"{generation.dir}/{VOCAB_FILE} is not a list of terms; the corpus is damaged — rebuild it")
     try:
-        postings = Postings.from_arrays(vocab, arrays, n_rows=rows, label=_postings_file)
+        postings = Postings.from_arrays(vocab, arrays, n_rows=rows,
+                                        label=lambda array: f"{generation.dir}/{_postings_file(array)}")
     except CorpusError as exc:
-        raise CorpusError(f"{generation.dir}: {exc}; the corpus is damaged — rebuild it") from None
+        raise CorpusError(f"{exc}; the corpus is damaged — rebuild it") from None
+    _check_count(generation, "terms", postings.vocab_size, "terms")
+    _check_count(generation, "postings", postings.n_postings, "postings")
     info = manifest.get("embedder")
     try:
         embedder = None if info is None else EmbedderInfo(**info)

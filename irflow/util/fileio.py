@@ -226,11 +226,11 @@ def _json_depth(text: str, limit: int) -> int:
 
 
 def check_json_depth(text: str, where: str, *, limit: int = MAX_NESTING,
-                     error: Callable[[str], Exception] = InputError) -> None:
+                     error: Callable[[str], Exception] = InputError, fix: str = "flatten the value") -> None:
     """``error`` when JSON ``text`` nests lists/objects deeper than ``limit`` (checked before parsing)."""
     depth = _json_depth(text, limit)
     if depth > limit:
-        raise error(f"{where}: nested {depth} levels deep; the limit is {limit} (flatten the value)")
+        raise error(f"{where}: nested {depth} levels deep; the limit is {limit} ({fix})")
 
 
 def too_many_digits() -> str:
@@ -253,8 +253,8 @@ def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def loads_json(text: str, where: str, *, max_depth: int = MAX_NESTING, error: Callable[[str], Exception] = InputError,
-               unique_keys: bool = False) -> Any:
-    """``json.loads(text)`` within a nesting limit; ``error`` for too deep or too long numbers.
+               unique_keys: bool = False, fix: str = "flatten the value") -> Any:
+    """``json.loads(text)`` within a nesting limit; ``error`` for too deep (saying ``fix``) or too long numbers.
 
     With ``unique_keys`` an object that names a key twice is refused too
     (``json.loads`` keeps the last without a word): for values a user writes
@@ -267,7 +267,7 @@ def loads_json(text: str, where: str, *, max_depth: int = MAX_NESTING, error: Ca
     ...
     irflow.errors.InputError: --set filter: the key 'k' appears twice in one object; JSON would keep only the last value — remove one
     """
-    check_json_depth(text, where, limit=max_depth, error=error)
+    check_json_depth(text, where, limit=max_depth, error=error, fix=fix)
     try:
         return json.loads(text, object_pairs_hook=_unique_object if unique_keys else None)
     except _DuplicateKey as duplicate:
@@ -276,7 +276,7 @@ def loads_json(text: str, where: str, *, max_depth: int = MAX_NESTING, error: Ca
     except json.JSONDecodeError:
         raise
     except RecursionError:
-        raise error(f"{where}: nested too deeply; the limit is {max_depth} (flatten the value)") from None
+        raise error(f"{where}: nested too deeply; the limit is {max_depth} ({fix})") from None
     except ValueError:  # Python refuses integers longer than sys.get_int_max_str_digits()
         raise error(f"{where}: {too_many_digits()}") from None
 

@@ -28,7 +28,7 @@ from typing import Any
 from irflow.errors import InputError
 
 __all__ = ["lone_surrogate", "surrogate_reason", "check_text", "find_lone_surrogate", "check_value_text",
-           "argv_reason", "json_text"]
+           "argv_reason", "json_text", "escape_surrogates"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -175,7 +175,11 @@ def json_text(value: Any, **options: Any) -> str:
     >>> json_text({"name": "caf\\udce9"})
     '{"name": "caf\\\\udce9"}'
     """
-    text = json.dumps(value, ensure_ascii=False, **options)
+    return escape_surrogates(json.dumps(value, ensure_ascii=False, **options))
+
+
+def escape_surrogates(text: str) -> str:
+    """JSON text with each lone surrogate written as its ``\\uXXXX`` escape (see :func:`json_text`)."""
     if not text.isascii() and _SURROGATE.search(text) is not None:
         text = _SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
     return text
