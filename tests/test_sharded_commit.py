@@ -132,6 +132,33 @@ def test_a_reshard_keeps_what_a_reader_holds_and_the_next_one_removes_it(sources
     assert_clean(root, 2)
 
 
+def test_a_corpus_served_on_ray_keeps_its_shards_on_disk_until_closed(sources, tmp_path, monkeypatch):
+    # a Ray actor restarted after a crash reopens its shard: the driver holds the generations while it is open
+    import irflow.shard.driver as driver
+    from irflow.shard.backend import InProcessBackend
+
+    class FakeRay(InProcessBackend):
+        def __init__(self, root, manifest, *, address, verify=True, **options):
+            super().__init__(root, manifest, verify=verify)
+
+    monkeypatch.setattr(driver, "RayBackend", FakeRay)
+    a, b, of_a, of_b = sources
+    root = tmp_path / "S"
+    shard(irflow.open_corpus(a), 3, root).close()
+    old = read_manifest(root)
+    served = ShardedCorpus.open(root, ray="auto")
+    shard(irflow.open_corpus(b), 2, root).close()
+    assert all((root / e.dir / e.generation / "manifest.json").is_file() for e in old.shards)
+    assert answers(served) == of_a and answers_of(root) == of_b
+    served.close()
+    shard(irflow.open_corpus(b), 2, root).close()
+    assert_clean(root, 2)
+    with ShardedCorpus.open(root) as local:  # served in this process: held only while it opens
+        shard(irflow.open_corpus(a), 2, root).close()
+        assert_clean(root, 2)
+        assert answers(local) == of_b  # its maps outlive the files
+
+
 def test_a_first_sharding_into_a_foreign_or_plain_directory_is_refused(sources, tmp_path):
     a, _, _, _ = sources
     foreign = tmp_path / "mine"

@@ -151,7 +151,6 @@ def save_corpus(
     root = Path(root)
     gens.check_writable_root(root)  # before locking, so a foreign directory gets no .lock file
     files: dict[str, gens.Payload] = {
-        **(extra_files or {}),
         **recordfiles.record_payloads(store),
         TOMBSTONES_FILE: store.deleted_rows,
         VOCAB_FILE: _json_bytes(postings.vocab_terms, "the BM25 vocabulary"),
@@ -160,6 +159,10 @@ def save_corpus(
         files[_postings_file(name)] = np.ascontiguousarray(array)
     if vectors is not None:
         files[VECTORS_FILE] = np.ascontiguousarray(vectors, dtype=np.float32)
+    for name, payload in (extra_files or {}).items():
+        if name in files:
+            raise ValueError(f"an extra corpus file may not be named {name!r}: the corpus has a file of that name")
+        files[name] = payload
     manifest = {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
