@@ -52,7 +52,9 @@ import contextlib
 import logging
 import re
 import stat
+import time
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import numpy as np
 
@@ -61,9 +63,12 @@ from irflow.store import generations as gens
 from irflow.store.genfiles import LOCK_FILE, lstat_mode
 from irflow.util.fileio import write_atomic
 from irflow.shard.manifest import (MANIFEST_FILE, ROWS_FILE, ROWS_FILE_V1_RE, SHARD_DIR_RE, ShardEntry, ShardManifest,
-                                   check_rows, is_sharded, read_manifest, read_rows_v1)
+                                   check_layout, check_rows, is_sharded, read_manifest, read_rows_v1)
 
-__all__ = ["READ_ATTEMPTS", "prepare_root", "is_interrupted", "open_manifest", "moved", "commit", "hold"]
+__all__ = ["READ_ATTEMPTS", "prepare_root", "is_interrupted", "open_manifest", "moved", "commit", "hold",
+           "open_committed"]
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -210,3 +215,28 @@ def hold(root: Path, manifest: ShardManifest, stack: contextlib.ExitStack) -> li
         except CorpusError as error:
             raise _in_shard(entry, shard_dir, error) from None
     return rows
+
+
+def open_committed(root: Path, make: Callable[[ShardManifest, list[np.ndarray], contextlib.ExitStack], T]) -> T:
+    """``make(manifest, global rows, held)`` on the sharding committed at *root*, its shards' generations held.
+
+    The generations stay held while ``make`` runs and are released when it
+    returns, unless it keeps them (``held.pop_all()``).  A CorpusError while
+    a writer commits another sharding is no damage: ``make`` runs again on
+    the new one (:data:`READ_ATTEMPTS` times at most).
+    """
+    for attempt in range(READ_ATTEMPTS):
+        if attempt:
+            time.sleep(min(0.001 * attempt, 0.02))  # let a writer in mid-commit finish
+        manifest = open_manifest(root)
+        try:
+            with contextlib.ExitStack() as held:
+                rows = hold(root, manifest, held)
+                check_layout(root, manifest, rows)
+                return make(manifest, rows, held)
+        except CorpusError:
+            if moved(root, manifest):
+                continue  # a writer committed another sharding meanwhile: open that one
+            raise
+    raise CorpusError(f"sharded corpus at {root}: writers replaced its {MANIFEST_FILE} {READ_ATTEMPTS} times while it "
+                      "was being opened; try again when the writes slow down")

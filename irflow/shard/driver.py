@@ -38,7 +38,6 @@ import contextlib
 import hashlib
 import os
 import threading
-import time
 import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -56,8 +55,8 @@ from irflow.store.paths import resolve_corpus_path
 from irflow.store.protocol import Siblings
 from irflow.store.records import Record, SearchHit
 from irflow.shard.backend import Backend, Call, InProcessBackend
-from irflow.shard.disk import READ_ATTEMPTS, hold, moved, open_manifest
-from irflow.shard.manifest import MANIFEST_FILE, ShardManifest, check_layout
+from irflow.shard.disk import open_committed
+from irflow.shard.manifest import ShardManifest
 from irflow.shard.merge import RowMap, merge_topk
 from irflow.shard.ray_backend import RayBackend  # imports Ray itself only when a RayBackend is made
 from irflow.kernels.text import Analyzer
@@ -138,34 +137,23 @@ class ShardedCorpus:
         root = resolve_corpus_path(path_or_name)
         if ray is None and ray_options:
             raise TypeError(f"unexpected options {sorted(ray_options)} without ray=")
-        for attempt in range(READ_ATTEMPTS):
-            if attempt:
-                time.sleep(min(0.001 * attempt, 0.02))  # let a writer in mid-commit finish
-            manifest = open_manifest(root)
-            held = contextlib.ExitStack()
+
+        def make(manifest: ShardManifest, rows: list[np.ndarray], held: contextlib.ExitStack) -> ShardedCorpus:
             backend: Backend | None = None
             try:
-                rows = hold(root, manifest, held)
-                check_layout(root, manifest, rows)
                 if ray is None:
                     backend = InProcessBackend(root, manifest, verify=verify)
                 else:
                     backend = RayBackend(root, manifest, address=ray, verify=verify, **ray_options)
                 corpus = cls(root, manifest, backend, RowMap(rows), embedder=embedder)
-            except BaseException as error:
-                held.close()
+            except BaseException:
                 if backend is not None:
                     backend.close()
-                if isinstance(error, CorpusError) and moved(root, manifest):
-                    continue  # a writer committed another sharding meanwhile: open that one
                 raise
-            if ray is None:
-                held.close()  # opened and mapped: the maps outlive the files
-            else:
-                corpus._held = held  # a Ray actor restarted later reopens its shard: keep it on disk
-            return corpus
-        raise CorpusError(f"sharded corpus at {root}: writers replaced its {MANIFEST_FILE} {READ_ATTEMPTS} times while "
-                          "it was being opened; try again when the writes slow down")
+            if ray is not None:  # a Ray actor restarted later reopens its shard: keep it on disk until close()
+                corpus._held = held.pop_all()
+            return corpus  # (in this process: opened and mapped, and the maps outlive the files)
+        return open_committed(root, make)
 
     def close(self) -> None:
         """Release the shards (end their Ray actors, let writers remove their files); the corpus cannot answer afterwards."""

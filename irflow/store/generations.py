@@ -32,7 +32,11 @@ a kept generation doubles the disk a rebuild needs and still fails a reader
 slower than the grace period (a 1M-row corpus takes seconds to open), while
 retries alone never finish when commits come faster than an open.  Without
 ``fcntl`` (Windows), or on a file system without ``flock``, the retry alone
-remains.
+remains.  A sharded corpus uses the same pieces for many directories at
+once: its writer writes each shard's generation without making it live
+(``write_generation(commit=False)``) and commits them all with one manifest
+of its own; its readers hold the generations that manifest names
+(:func:`holding`), not ``CURRENT``'s (:mod:`irflow.shard.disk`).
 
 Nothing irflow did not write is ever deleted.  Clean-up considers only names
 irflow makes (``gen-NNNNNN``, ``.tmp-gen-NNNNNN-xxxxxxxx``,
