@@ -159,6 +159,17 @@ def test_a_corpus_served_on_ray_keeps_its_shards_on_disk_until_closed(sources, t
         assert answers(local) == of_b  # its maps outlive the files
 
 
+def test_a_sharded_path_where_one_corpus_is_opened_says_what_it_is(sources, tmp_path):
+    _, b, _, of_b = sources
+    root = tmp_path / "S"
+    shard(irflow.open_corpus(b), 2, root).close()
+    with pytest.raises(CorpusError, match=r"is a sharded corpus .*open it with irflow\.open_corpus"):
+        irflow.search(str(root), "python")  # the seed API opens a path as one corpus
+    (root / MANIFEST_FILE).unlink()  # what a killed first sharding leaves
+    with pytest.raises(CorpusError, match=r"is a sharded corpus .*interrupted"):
+        open_plain(root)
+
+
 def test_a_first_sharding_into_a_foreign_or_plain_directory_is_refused(sources, tmp_path):
     a, _, _, _ = sources
     foreign = tmp_path / "mine"

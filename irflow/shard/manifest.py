@@ -51,21 +51,22 @@ import attrs
 import numpy as np
 
 from irflow.errors import CorpusError
-from irflow.store.generations import checksum, read_small_file
+from irflow.store.generations import SHARD_DIR_RE as STORE_SHARD_DIR_RE
+from irflow.store.generations import SHARDED_MANIFEST, checksum, read_small_file
 from irflow.store.genfiles import GEN_RE, bytes_checksum
 
 __all__ = ["MANIFEST_FILE", "FORMAT_NAME", "FORMAT_VERSION", "READ_VERSIONS", "ROWS_FILE", "ShardEntry",
            "ShardManifest", "read_manifest", "is_sharded", "shard_dir_name", "SHARD_DIR_RE", "ROWS_FILE_V1_RE",
            "check_layout", "read_rows_v1", "check_rows"]
 
-MANIFEST_FILE = "shards.json"
+MANIFEST_FILE = SHARDED_MANIFEST
 FORMAT_NAME = "irflow-sharded-corpus"
 FORMAT_VERSION = 2
 READ_VERSIONS = (1, 2)
 #: The file of a shard's generation that lists its global rows (only when they are not contiguous).
 ROWS_FILE = "global_rows.npy"
-#: The names irflow gives shard directories (and the only ones it ever removes).
-SHARD_DIR_RE = re.compile(r"^shard-(\d{3,})\Z")
+#: The names irflow gives shard directories (and the only ones it ever removes); the store knows them too.
+SHARD_DIR_RE = STORE_SHARD_DIR_RE
 #: Version 1's rows files, beside the shard directories.
 ROWS_FILE_V1_RE = re.compile(r"^shard-(\d{3,})\.rows\.npy\Z")
 #: A manifest lists a few numbers per shard: it stays small.

@@ -65,6 +65,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import stat
 import time
 import uuid
@@ -151,6 +152,9 @@ __all__ = [
 #: so a test can SIGKILL it at a known moment; ``"<point>#<n>@<marker>"``
 #: pauses at the n-th time the process reaches <point> (the second shard's).
 PAUSE_ENV = "IRFLOW_TEST_PAUSE_WRITE"
+#: What marks a sharded corpus's directory (the names irflow.shard.manifest gives them), for a clearer error.
+SHARDED_MANIFEST = "shards.json"
+SHARD_DIR_RE = re.compile(r"^shard-\d{3,}\Z")
 #: How often a reader starts over when writers keep replacing the generation it is about to open.
 READ_ATTEMPTS = 50
 
@@ -162,6 +166,12 @@ def _read_pointer(root: Path) -> tuple[str, str]:
     try:
         raw = read_small_file(root / CURRENT_FILE, CURRENT_LIMIT, root=root)
     except FileNotFoundError:
+        if _looks_sharded(root):
+            raise CorpusError(
+                f"{root} is a sharded corpus (shard directories; see irflow.shard), not a single corpus: open it with "
+                f"irflow.open_corpus({str(root)!r}), which serves its shards (or says what to do when its sharding "
+                "was interrupted), and pass that corpus"
+            ) from None
         raise CorpusError(
             f"{root} is not an irflow corpus: it has no {CURRENT_FILE} file (not a corpus, or its first build was "
             f"interrupted); build it with irflow.build(..., path={str(root)!r})"
@@ -172,6 +182,14 @@ def _read_pointer(root: Path) -> tuple[str, str]:
     if match is None:
         raise damaged(root, f"{CURRENT_FILE} does not hold '<generation> <manifest checksum>' (content {raw[:60]!r})")
     return match.group(1), match.group(2)
+
+
+def _looks_sharded(root: Path) -> bool:
+    """A sharded corpus's directory (its manifest, or shard directories): irflow.shard's, which the store does not import."""
+    try:
+        return (root / SHARDED_MANIFEST).is_file() or any(SHARD_DIR_RE.match(p.name) for p in root.iterdir())
+    except OSError:
+        return False
 
 
 def has_current(root: Path) -> bool:
