@@ -381,8 +381,10 @@ def test_a_damaged_shard_file_names_the_shard_and_the_file(sharded_dir):
     data = bytearray(postings.read_bytes())
     data[-1] ^= 0xFF
     postings.write_bytes(bytes(data))
-    with pytest.raises(CorpusError, match=r"shard 1 \(.*shard-001\).*postings\.post_rows\.npy"):
+    with pytest.raises(CorpusError, match=r"shard 1 \(.*shard-001\).*postings\.post_rows\.npy") as caught:
         ShardedCorpus.open(sharded_dir)
+    # the fix of a sharded corpus, not a single one's (rebuilding the shard alone would not repair it)
+    assert "shard the corpus again" in str(caught.value) and "irflow.build" not in str(caught.value)
 
 
 def test_damaged_vectors_fail_their_first_dense_use_naming_the_shard(sharded_dir):

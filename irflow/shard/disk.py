@@ -63,7 +63,8 @@ from irflow.store import generations as gens
 from irflow.store.genfiles import LOCK_FILE, lstat_mode
 from irflow.util.fileio import write_atomic
 from irflow.shard.manifest import (MANIFEST_FILE, ROWS_FILE, ROWS_FILE_V1_RE, SHARD_DIR_RE, ShardEntry, ShardManifest,
-                                   check_layout, check_rows, is_sharded, read_manifest, read_rows_v1)
+                                   check_layout, check_rows, in_shard, is_sharded, read_manifest,
+                                   read_rows_v1)
 
 __all__ = ["READ_ATTEMPTS", "prepare_root", "is_interrupted", "open_manifest", "moved", "commit", "hold",
            "open_committed"]
@@ -175,11 +176,6 @@ def moved(root: Path, manifest: ShardManifest) -> bool:
         return True
 
 
-def _in_shard(entry: ShardEntry, shard_dir: Path, error: CorpusError) -> CorpusError:
-    return CorpusError(f"shard {entry.index} ({shard_dir}): {error} (a shard rebuilt or changed on its own no longer "
-                       "matches the shard manifest: restore the shard's files or shard the corpus again)")
-
-
 def _rows(generation: gens.Generation, entry: ShardEntry) -> np.ndarray:
     """The global rows of a shard held as *generation*: a range, or its rows file (checksummed)."""
     if entry.rows_file is None:
@@ -213,7 +209,7 @@ def hold(root: Path, manifest: ShardManifest, stack: contextlib.ExitStack) -> li
                                                           recorded_in=str(root / MANIFEST_FILE)))
             rows.append(_rows(generation, entry))
         except CorpusError as error:
-            raise _in_shard(entry, shard_dir, error) from None
+            raise in_shard(entry.index, shard_dir, error) from None
     return rows
 
 

@@ -57,7 +57,7 @@ from irflow.store.genfiles import GEN_RE, bytes_checksum
 
 __all__ = ["MANIFEST_FILE", "FORMAT_NAME", "FORMAT_VERSION", "READ_VERSIONS", "ROWS_FILE", "ShardEntry",
            "ShardManifest", "read_manifest", "is_sharded", "shard_dir_name", "SHARD_DIR_RE", "ROWS_FILE_V1_RE",
-           "check_layout", "read_rows_v1", "check_rows"]
+           "check_layout", "read_rows_v1", "check_rows", "in_shard"]
 
 MANIFEST_FILE = SHARDED_MANIFEST
 FORMAT_NAME = "irflow-sharded-corpus"
@@ -301,6 +301,17 @@ def _check(path: Path, manifest: ShardManifest) -> None:
         kinds.update(dict.fromkeys(entry.kinds))
     if set(kinds) != set(manifest.kinds):
         raise _bad(path, f"the shards' kinds {sorted(kinds)} differ from the corpus's {list(manifest.kinds)}")
+
+
+#: What a single corpus's damage is told to do (rebuild it alone); in a sharded corpus that would not repair it.
+_SINGLE_FIX_RE = re.compile(r"; the corpus is damaged — rebuild it(?: with irflow\.build\(\.\.\., path=(?:'[^']*'|\"[^\"]*\")\))?")
+
+
+def in_shard(index: int, shard_dir: Path, error: CorpusError) -> CorpusError:
+    """A shard's own CorpusError, naming the shard first, with the fix of a sharded corpus instead of a single one's."""
+    return CorpusError(f"shard {index} ({shard_dir}): {_SINGLE_FIX_RE.sub('', str(error))}; the sharded corpus is "
+                       "damaged — restore the shard's files or shard the corpus again (a shard rebuilt or changed on its "
+                       f"own no longer matches {MANIFEST_FILE})")
 
 
 def check_rows(where: Path, entry: ShardEntry, rows: np.ndarray) -> np.ndarray:

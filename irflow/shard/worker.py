@@ -39,7 +39,7 @@ from irflow.store.generations import MANIFEST_FILE as GENERATION_MANIFEST
 from irflow.store.generations import checksum, read_current
 from irflow.store.ledger import records_for_artifact
 from irflow.store.masks import _field_paths
-from irflow.shard.manifest import MANIFEST_FILE, ShardEntry
+from irflow.shard.manifest import MANIFEST_FILE, ShardEntry, in_shard
 
 __all__ = ["ShardWorker", "math_fingerprint", "MaskRef"]
 
@@ -143,8 +143,7 @@ class ShardWorker:
 
     def _damaged(self, error: CorpusError) -> CorpusError:
         """The shard's own CorpusError, naming the shard first (its files are one shard of a sharded corpus)."""
-        return CorpusError(f"shard {self.entry.index} ({self.dir}): {error} (a shard rebuilt alone no longer matches "
-                           "the shard manifest: restore the shard's files or shard the corpus again)")
+        return in_shard(self.entry.index, self.dir, error)
 
     def arm_pause(self, method: str, seconds: float, marker: str) -> int:
         """Fault-injection hook for tests: the next ``method`` call writes ``marker`` (holding this pid), then sleeps.
