@@ -12,8 +12,9 @@ it; the engine, the seed API, the store and the kernels never do.  Ray is
 an extra (``pip install -e '.[ray]'``) imported only by
 :mod:`irflow.shard.ray_backend`, only when a caller asks for Ray.
 
-Modules: ``manifest`` (the shard manifest), ``split`` (planning and
-writing shards), ``worker`` (one shard's side), ``merge`` (global rows and
+Modules: ``manifest`` (the shard manifest), ``disk`` (the one commit of a
+sharding, readers holding what they open, clean-up), ``split`` (planning
+and writing shards), ``worker`` (one shard's side), ``merge`` (global rows and
 the top-k merge), ``driver`` (ShardedCorpus), ``backend`` (in-process),
 ``ray_backend`` (Ray actors, a contained local cluster, batch evaluation).
 
@@ -33,6 +34,7 @@ from irflow.store.corpus import open_corpus as _open_plain
 from irflow.errors import CorpusError
 from irflow.store.paths import resolve_corpus_path
 from irflow.store.records import Record
+from irflow.shard.disk import is_interrupted
 from irflow.shard.driver import ShardedCorpus
 from irflow.shard.manifest import ShardManifest, is_sharded
 from irflow.shard.split import plan_shards, shard_corpus
@@ -55,13 +57,16 @@ def shard(
     """Split a corpus (a Corpus, a corpus path or name, or records) into ``n`` shards under ``path``; open it.
 
     An artifact's surfaces stay in one shard; shards are consecutive runs
-    of artifacts of about the same size, each an ordinary corpus directory,
-    plus ``shards.json`` (counts, global rows, build ids, the embedder and
-    analyzer all shards share).  From records, each shard is built as
+    of artifacts of about the same size, each a generation of an ordinary
+    corpus directory, plus ``shards.json`` (counts, global rows, the
+    generation of each shard, the embedder and analyzer all shards share;
+    sealed by its checksum).  From records, each shard is built as
     :func:`irflow.build` would build them (``embedder``, ``analyzer``,
     ``batch_size`` as there); from a corpus, its arrays are split as they
-    are.  Over an existing sharded corpus this is a reshard.  Returns the
-    sharded corpus opened (``ray`` as :meth:`ShardedCorpus.open`).
+    are.  Over an existing sharded corpus (or what an interrupted sharding
+    left) this is a reshard, committed in one step: a reader, or a crash at
+    any point, sees the old sharding or the new one.  Returns the sharded
+    corpus opened (``ray`` as :meth:`ShardedCorpus.open`).
 
     >>> # sharded = irflow.shard(records, 3, "corpus.sharded", embedder="hash")
     """
@@ -80,7 +85,7 @@ def open_corpus(path_or_name: str | os.PathLike[str], *, embedder: Any = None, v
     :func:`irflow.store.corpus.open_corpus` for ``embedder`` and ``verify``.
     """
     root = resolve_corpus_path(path_or_name)
-    if is_sharded(root):
+    if is_sharded(root) or is_interrupted(root):  # the latter is refused with what to do
         return ShardedCorpus.open(root, ray=ray, embedder=embedder, verify=verify, **ray_options)
     if (ray is not None or ray_options) and root.is_dir():
         raise CorpusError(f"{root} is not a sharded corpus (no shards.json), so it cannot be served on Ray; shard it "

@@ -34,6 +34,7 @@ of the shards.
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import os
 import threading
@@ -54,7 +55,8 @@ from irflow.store.paths import resolve_corpus_path
 from irflow.store.protocol import Siblings
 from irflow.store.records import Record, SearchHit
 from irflow.shard.backend import Backend, Call, InProcessBackend
-from irflow.shard.manifest import ShardManifest, check_layout, read_manifest, read_rows
+from irflow.shard.disk import open_committed
+from irflow.shard.manifest import ShardManifest
 from irflow.shard.merge import RowMap, merge_topk
 from irflow.shard.ray_backend import RayBackend  # imports Ray itself only when a RayBackend is made
 from irflow.kernels.text import Analyzer
@@ -90,6 +92,7 @@ class ShardedCorpus:
         self.name = manifest.name
         self.backend = backend
         self.rows = rows
+        self._held: contextlib.ExitStack | None = None  # the shards' generations, held against removal (Ray)
         self._lock = threading.RLock()
         spec = None if manifest.embedder is None else manifest.embedder.get("spec")
         self._query_embedder = LazyEmbedder(embedder if embedder is not None else spec)
@@ -122,27 +125,42 @@ class ShardedCorpus:
         in an actor of a Ray cluster irflow starts locally (contained and
         offline, see :mod:`irflow.shard.ray_backend`) or of the one this
         process is already connected to; any other string is the address of
-        an existing cluster to join, untouched.  Every shard is verified
-        (checksums unless ``verify=False``) and checked against the
-        manifest; a missing, extra, damaged or rebuilt shard refuses to
-        open, naming the shard and the file.
+        an existing cluster to join, untouched.  Each shard is the
+        generation ``shards.json`` names, held against removal while it
+        opens (with Ray, until :meth:`close`: a restarted actor reopens it),
+        verified (checksums unless ``verify=False``) and checked against the
+        manifest; a missing, damaged or rebuilt shard refuses to open,
+        naming the shard and the file.  A sharding committed while this
+        opens is opened instead: always one whole sharding (see
+        :mod:`irflow.shard.disk`).
         """
         root = resolve_corpus_path(path_or_name)
-        manifest = read_manifest(root)
-        rows = [read_rows(root, entry) for entry in manifest.shards]
-        check_layout(root, manifest, rows)
-        backend: Backend
-        if ray is None:
-            if ray_options:
-                raise TypeError(f"unexpected options {sorted(ray_options)} without ray=")
-            backend = InProcessBackend(root, manifest, verify=verify)
-        else:
-            backend = RayBackend(root, manifest, address=ray, verify=verify, **ray_options)
-        return cls(root, manifest, backend, RowMap(rows), embedder=embedder)
+        if ray is None and ray_options:
+            raise TypeError(f"unexpected options {sorted(ray_options)} without ray=")
+
+        def make(manifest: ShardManifest, rows: list[np.ndarray], held: contextlib.ExitStack) -> ShardedCorpus:
+            backend: Backend | None = None
+            try:
+                if ray is None:
+                    backend = InProcessBackend(root, manifest, verify=verify)
+                else:
+                    backend = RayBackend(root, manifest, address=ray, verify=verify, **ray_options)
+                corpus = cls(root, manifest, backend, RowMap(rows), embedder=embedder)
+            except BaseException:
+                if backend is not None:
+                    backend.close()
+                raise
+            if ray is not None:  # a Ray actor restarted later reopens its shard: keep it on disk until close()
+                corpus._held = held.pop_all()
+            return corpus  # (in this process: opened and mapped, and the maps outlive the files)
+        return open_committed(root, make)
 
     def close(self) -> None:
-        """Release the shards (end their Ray actors); the corpus cannot answer afterwards."""
+        """Release the shards (end their Ray actors, let writers remove their files); the corpus cannot answer afterwards."""
         self.backend.close()
+        if self._held is not None:
+            self._held.close()
+            self._held = None
 
     def __enter__(self) -> "ShardedCorpus":
         return self

@@ -475,14 +475,16 @@ def build(
     )
 
 
-def open_corpus(path_or_name: str | os.PathLike[str], *, embedder: Any = None, verify: bool = True) -> Corpus:
+def open_corpus(path_or_name: str | os.PathLike[str], *, embedder: Any = None, verify: bool = True,
+                generation: tuple[str, str, str] | None = None) -> Corpus:
     """Open a built corpus by path, or by name under ``$IRFLOW_HOME/corpora``.
 
     Files are verified (sizes always, checksums unless ``verify=False``) and
     arrays memory-mapped.  The embedder recorded by spec is restored lazily;
     a corpus built with a custom callable needs ``embedder=`` for dense search
     (lexical search and records work without).  A passed embedder's dimension
-    is checked against the corpus on first use.
+    is checked against the corpus on first use.  ``generation`` opens a named
+    generation instead of the live one (see :func:`~irflow.store.persist.load_corpus`).
     """
     root = resolve_corpus_path(path_or_name)
     if not root.exists() and is_corpus_name(path_or_name):
@@ -490,7 +492,7 @@ def open_corpus(path_or_name: str | os.PathLike[str], *, embedder: Any = None, v
             f"no corpus named {str(path_or_name)!r}: {root} does not exist (names resolve under ${HOME_ENV}/corpora); "
             "build it with irflow.build(..., path=...) or pass a path"
         )
-    stored = load_corpus(root, verify=verify, name=root.name)
+    stored = load_corpus(root, verify=verify, name=root.name, generation=generation)
     info = stored.embedder
     source = embedder if embedder is not None else (None if info is None else info.spec)
     check = None

@@ -26,7 +26,7 @@ import attrs
 import numpy as np
 
 from irflow.errors import CorpusError
-from irflow.util.corpusmarks import CURRENT_LIMIT, GEN_RE, MARKER_FILE, MARKER_TEXT, TMP_GEN_RE
+from irflow.util.corpusmarks import CURRENT_FILE, CURRENT_LIMIT, GEN_RE, MARKER_FILE, MARKER_TEXT, POINTER_RE, TMP_GEN_RE
 
 try:  # POSIX advisory locks; on other platforms writers are simply not serialized
     import fcntl
@@ -392,3 +392,66 @@ def remove_files(directory: Path, names: Iterable[str] | None) -> None:
     except OSError:
         logger.warning("left %s in place: it holds files irflow did not write (%s)", directory,
                        ", ".join(sorted(p.name for p in directory.iterdir())[:5]))
+
+
+# -- removal ----------------------------------------------------------------------------------------
+
+
+def _remove_generation(path: Path) -> None:
+    """Remove an old generation's own files, unless a reader holds it (then a later writer does)."""
+    fd = open_directory(path)
+    if fd is None:
+        return
+    try:
+        try:
+            flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB if fcntl is not None else 0)
+        except BlockingIOError:
+            logger.debug("kept %s: a reader is opening it", path)
+            return
+        listed = listed_files(path)
+        if listed is None:
+            logger.warning("left %s in place: it has no readable manifest saying which files irflow wrote", path)
+            return
+        remove_files(path, [*listed, MANIFEST_FILE, MARKER_FILE])
+    finally:
+        os.close(fd)
+
+
+def remove_superseded(root: Path, keep: Iterable[str]) -> None:
+    """Remove generations not in *keep* and leftovers of killed writers — only what irflow provably wrote (under the lock).
+
+    A generation a reader holds stays (a later writer removes it).
+    """
+    kept = set(keep)
+    for entry in root.iterdir():
+        if entry.name in kept:
+            continue
+        try:
+            if is_generation(entry):
+                _remove_generation(entry)
+            elif is_temporary(entry):
+                remove_files(entry, None)
+            elif is_pointer_temp(entry):
+                entry.unlink()
+        except OSError as exc:  # best effort: a leftover costs disk space, never correctness
+            logger.warning("could not remove %s (%s)", entry, exc)
+
+
+def remove_corpus(root: Path) -> None:
+    """Remove a corpus directory irflow no longer uses: its pointer, then what :func:`remove_superseded` may remove.
+
+    The directory goes only when that empties it: a generation a reader
+    still holds, or a file irflow did not write, keeps it (call this holding
+    :func:`irflow.store.generations.locked`: the lock file goes last).
+    """
+    try:
+        pointer = read_small_file(root / CURRENT_FILE, CURRENT_LIMIT)
+    except (OSError, CorpusError):
+        pointer = b""
+    if POINTER_RE.match(pointer.decode("ascii", "replace")):  # only irflow's: LevelDB directories have a CURRENT too
+        os.unlink(root / CURRENT_FILE)
+    remove_superseded(root, keep=())
+    with contextlib.suppress(OSError):
+        if stat.S_ISREG(lstat_mode(root / LOCK_FILE)):
+            os.unlink(root / LOCK_FILE)
+        os.rmdir(root)

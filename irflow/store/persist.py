@@ -143,11 +143,16 @@ def save_corpus(
     vectors: np.ndarray | None,
     analyzer: Mapping[str, Any],
     embedder: EmbedderInfo | None,
+    extra_files: Mapping[str, gens.Payload] | None = None,
+    commit: bool = True,
 ) -> gens.Generation:
     """Write a corpus to *root* as a new generation and switch to it atomically.
 
     Over an existing corpus this is a rebuild: readers see the old corpus
     until the single ``os.replace`` of ``CURRENT``, then the new one.
+    ``extra_files`` go into the generation too (checksummed like the rest; a
+    shard's global rows); ``commit=False`` writes the generation without
+    making it live (see :func:`irflow.store.generations.write_generation`).
     """
     root = Path(root)
     gens.check_writable_root(root)  # before locking, so a foreign directory gets no .lock file
@@ -160,6 +165,10 @@ def save_corpus(
         files[_postings_file(name)] = np.ascontiguousarray(array)
     if vectors is not None:
         files[VECTORS_FILE] = np.ascontiguousarray(vectors, dtype=np.float32)
+    for name, payload in (extra_files or {}).items():
+        if name in files:
+            raise ValueError(f"an extra corpus file may not be named {name!r}: the corpus has a file of that name")
+        files[name] = payload
     manifest = {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
@@ -178,8 +187,9 @@ def save_corpus(
         "postings_arrays": sorted(postings.arrays()),
     }
     with gens.locked(root):
-        generation = gens.write_generation(root, files, manifest)
-    store.set_tombstone_writer(TombstoneWriter(generation))
+        generation = gens.write_generation(root, files, manifest, commit=commit)
+    if commit:
+        store.set_tombstone_writer(TombstoneWriter(generation))
     return generation
 
 
@@ -371,9 +381,20 @@ def load_store(root: Path, *, verify: bool = True, name: str | None = None) -> C
     return _retrying(Path(root), lambda generation: _store_from(generation, verify=verify, name=name))
 
 
-def load_corpus(root: Path, *, verify: bool = True, name: str | None = None) -> StoredCorpus:
-    """Every part of the corpus at *root*, verified (checksums unless ``verify=False``), arrays memory-mapped."""
-    return _retrying(Path(root), lambda generation: _corpus_from(generation, verify=verify, name=name))
+def load_corpus(root: Path, *, verify: bool = True, name: str | None = None,
+                generation: tuple[str, str, str] | None = None) -> StoredCorpus:
+    """Every part of the corpus at *root*, verified (checksums unless ``verify=False``), arrays memory-mapped.
+
+    ``generation``: (name, manifest checksum, where they are recorded) of the
+    generation to read instead of ``CURRENT``'s (a shard of a sharded
+    corpus: the one its manifest names), held while it is read.
+    """
+    if generation is None:
+        return _retrying(Path(root), lambda live: _corpus_from(live, verify=verify, name=name))
+    name_of, digest, recorded_in = generation
+    with gens.holding(Path(root), name_of, digest, recorded_in=recorded_in) as held:
+        _check_format(held)
+        return _corpus_from(held, verify=verify, name=name)
 
 
 def _corpus_from(generation: gens.Generation, *, verify: bool, name: str | None) -> StoredCorpus:
