@@ -345,7 +345,7 @@ def test_a_rebuild_and_a_reshard_still_write_their_own_corpus(corpora, tmp_path)
     assert answers(sharded) == corpora["answers:C"]
 
 
-def test_shards_interleaved_write_their_rows_files_atomically(tmp_path):
+def test_interleaved_shards_keep_their_rows_inside_their_generations(tmp_path):
     shuffled = records()
     shuffled = shuffled[::2] + shuffled[1::2]  # an artifact's records apart: shards are not contiguous
     with irflow.shard(shuffled, 2, tmp_path / "S", embedder="hash") as sharded:
@@ -354,7 +354,8 @@ def test_shards_interleaved_write_their_rows_files_atomically(tmp_path):
         pass
     names = sorted(p.name for p in (tmp_path / "S").iterdir())
     assert not [n for n in names if n.endswith(".tmp")]
-    assert any(n.endswith(".rows.npy") for n in names)
+    assert not any(n.endswith(".rows.npy") for n in names)  # no file of the sharded corpus's own beside the shards
+    assert list((tmp_path / "S").glob("shard-*/gen-*/global_rows.npy"))  # listed and checksummed by its generation
 
 
 # --------------------------------------------------------------------------

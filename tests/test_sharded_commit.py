@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 import irflow
 from irflow.cli import main as cli
-from irflow.errors import CorpusError
+from irflow.errors import CorpusError, OutputError
 from irflow.shard import ShardedCorpus, shard
 from irflow.shard.manifest import MANIFEST_FILE, read_manifest
 from irflow.store import generations as gens
@@ -179,8 +179,8 @@ def test_a_first_sharding_into_a_foreign_or_plain_directory_is_refused(sources, 
     with pytest.raises(CorpusError, match="not empty and not a sharded corpus.*'notes.txt'"):
         shard(irflow.open_corpus(a), 2, foreign)
     assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt", "shard-000"]
-    with pytest.raises(CorpusError, match="not empty and not a sharded corpus"):
-        shard(irflow.open_corpus(a), 2, a)  # a plain corpus is no sharding
+    with pytest.raises(OutputError, match="is the irflow corpus"):
+        shard(irflow.open_corpus(a), 2, a)  # a plain corpus is no sharding: the output guard says so first
     assert not (foreign / "notes.txt").is_dir() and (foreign / "notes.txt").read_text() == "mine"
 
 

@@ -130,7 +130,7 @@ def prepare_root(root: Path) -> None:
 def commit(root: Path, manifest: ShardManifest) -> None:
     """Steps 2 to 4 of a sharding (see the module doc); the shards' generations are written, uncommitted."""
     gens.pause_point("shard:before-commit")
-    write_atomic(root / MANIFEST_FILE, manifest.to_bytes(), "shard manifest")  # the commit point
+    write_atomic(root / MANIFEST_FILE, manifest.to_bytes(), "shard manifest", corpus_file=True)  # the commit point
     gens.pause_point("shard:after-commit")
     for entry in manifest.shards:
         if entry.generation is None:

@@ -51,11 +51,11 @@ import attrs
 import numpy as np
 
 from irflow.errors import CorpusError
-from irflow.util.corpusmarks import SHARDED_FORMAT
+from irflow.util.corpusmarks import GEN_RE, SHARDED_FORMAT
 from irflow.util.unicode import escape_surrogates
 from irflow.store.generations import SHARD_DIR_RE as STORE_SHARD_DIR_RE
 from irflow.store.generations import SHARDED_MANIFEST, checksum, read_small_file
-from irflow.store.genfiles import GEN_RE, bytes_checksum
+from irflow.store.genfiles import bytes_checksum
 
 __all__ = ["MANIFEST_FILE", "FORMAT_NAME", "FORMAT_VERSION", "READ_VERSIONS", "ROWS_FILE", "ShardEntry",
            "ShardManifest", "read_manifest", "is_sharded", "shard_dir_name", "SHARD_DIR_RE", "ROWS_FILE_V1_RE",
