@@ -120,6 +120,9 @@ def test_holdout_split_is_fixed_and_disjoint() -> None:
     assert holdout_split(ids, seed=4) != (tune, test)
     with pytest.raises(EvaluationError, match="fraction"):
         holdout_split(ids, fraction=1.0)
+    for seed in (-1, True, 1.5):  # numpy refuses -1 with a bare ValueError, and reads True as 1
+        with pytest.raises(EvaluationError, match="seed must be a non-negative integer"):
+            holdout_split(ids, seed=seed)  # type: ignore[arg-type]
 
 
 def test_runs_agree_with_pytrec_eval(tiny: Path) -> None:

@@ -386,7 +386,8 @@ def parse_sweeps(ctx: click.Context | None, param: click.Parameter | None,
 @click.option("--holdout", type=click.Choice(["tune", "test"]), default=None,
               help="Evaluate only a fixed seeded half of the judged queries: 'tune' to choose settings on, "
                    "'test' to report on (for collections without training qrels).")
-@click.option("--holdout-seed", type=int, default=0, show_default=True, help="Seed of the --holdout split.")
+@click.option("--holdout-seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of the --holdout split (a non-negative integer).")
 @click.option("--baseline", default=None, metavar="RECIPE",
               help="Compare every system with this one (a label or another recipe): paired tests, Holm-corrected.")
 @click.option("--runs", "runs_dir", type=click.Path(file_okay=False, path_type=Path), default=None,

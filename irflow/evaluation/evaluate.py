@@ -151,6 +151,8 @@ def holdout_split(query_ids: Iterable[str], *, seed: int = 0, fraction: float = 
     (['q1', 'q3'], ['q2', 'q4'])
     """
     ids = list(dict.fromkeys(query_ids))
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise EvaluationError(f"seed must be a non-negative integer, got {seed!r}")
     if not 0.0 < fraction < 1.0:
         raise EvaluationError(f"fraction must lie strictly between 0 and 1, got {fraction!r}")
     order = np.random.default_rng(seed).permutation(len(ids))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -17,6 +18,9 @@ from irflow.evaluation.datasets import HashingLines, add_judgement, parse_grade,
 from irflow.util.fileio import shown, write_atomic
 
 __all__ = ["read_trec_qrels", "read_trec_run", "write_trec_run"]
+
+_RANK = re.compile(r"[0-9]{1,18}")  # int64 holds every 18-digit number
+_SCORE = re.compile(r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity)", re.IGNORECASE)
 
 
 def read_trec_qrels(path: str | os.PathLike[str]) -> dict[str, dict[str, int]]:
@@ -43,7 +47,9 @@ def read_trec_run(path: str | os.PathLike[str]) -> dict[str, dict[str, float]]:
     """A run from a TREC run file (``qid Q0 docid rank score tag`` per line).
 
     Like trec_eval, the scores decide the ranking and the rank column is not
-    used; documents keep the file's order, so a written run reads back equal.
+    used (it must hold a whole number all the same: anything else is a sign of
+    swapped columns); documents keep the file's order, so a written run reads
+    back equal.
     """
     path = Path(path)
     run: dict[str, dict[str, float]] = {}
@@ -54,18 +60,38 @@ def read_trec_run(path: str | os.PathLike[str]) -> dict[str, dict[str, float]]:
             continue
         if len(fields) != 6:
             raise DatasetError(f"{where(path, number)}: expected 6 whitespace-separated fields 'qid Q0 docid rank score tag', got {len(fields)}")
-        qid, _q0, doc_id, _rank, score_text, _tag = fields
-        try:
-            score = float(score_text)
-        except ValueError:
-            score = math.nan
-        if math.isnan(score):
-            raise DatasetError(f"{where(path, number)}: score {shown(score_text)} is not a number")
+        qid, _q0, doc_id, rank, score_text, _tag = fields
+        _check_rank(path, number, rank)
+        score = _score(path, number, score_text)
         if (qid, doc_id) in lines_of:
             raise DatasetError(f"{where(path, number)}: document {doc_id!r} appears twice for query {qid!r} (first on line {lines_of[qid, doc_id]})")
         lines_of[qid, doc_id] = number
         run.setdefault(qid, {})[doc_id] = score
     return run
+
+
+def _score(path: Path, number: int, text: str) -> float:
+    """A score as trec_eval's ``atof`` reads it: a decimal number, or +-inf (beyond float range: +-inf too).
+
+    NaN cannot be ranked; ``float``'s extras (``"1_000"``, non-ASCII digits)
+    are refused because trec_eval would read them differently.
+    """
+    if not _SCORE.fullmatch(text):
+        raise DatasetError(f"{where(path, number)}: score {shown(text)} is not a number (the 5th field of "
+                           "'qid Q0 docid rank score tag', e.g. 12.5 or -0.25)")
+    return float(text)
+
+
+def _check_rank(path: Path, number: int, rank: str) -> None:
+    """The rank column holds a whole number (0 or more, at most 18 digits), though the scores decide the order.
+
+    trec_eval skips the column; a fraction or a sign there almost always means
+    the rank and score columns were swapped, which would rank by the ranks.
+    """
+    if not _RANK.fullmatch(rank):
+        raise DatasetError(f"{where(path, number)}: rank {shown(rank)} is not a whole number from 0 to 10**18 - 1 (the "
+                           "4th field of 'qid Q0 docid rank score tag': 1, 2, 3, ...); are the rank and score columns "
+                           "swapped?")
 
 
 def _token(value: str, what: str) -> str:
