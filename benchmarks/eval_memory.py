@@ -8,7 +8,8 @@ documents, so every ranking is as deep as asked: 20M (query, document)
 entries per system at the default depth of 1000.
 
 Each case is one ``irflow eval ... --json`` process under ``/usr/bin/time
--v``: its maximum resident set size and wall time are printed, with the
+-v``: its maximum resident set size, wall time and CPU time (user +
+system: the steadier clock on a shared machine) are printed, with the
 figures it reported (so two versions of irflow can be checked to agree).
 The corpus is built once first (a warm-up run), so the cases measure the
 evaluation, not the build.  Cases:
@@ -79,8 +80,12 @@ def run_case(args: list[str], env: dict[str, str]) -> dict[str, object]:
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(args)} failed:\n{done.stderr[-3000:]}")
     rss = _time_v("Maximum resident set size (kbytes)", done.stderr) if timed else "?"
+    try:
+        cpu: float | None = sum(float(_time_v(f"{kind} time (seconds)", done.stderr)) for kind in ("User", "System"))
+    except ValueError:
+        cpu = None
     notes = [line for line in done.stderr.splitlines() if line.startswith(("Warning", "WARNING"))]
-    return {"rss_mb": int(rss) / 1024 if rss.isdigit() else None, "wall_s": wall,
+    return {"rss_mb": int(rss) / 1024 if rss.isdigit() else None, "wall_s": wall, "cpu_s": cpu,
             "figures": json.loads(done.stdout)["systems"], "notes": notes}
 
 
@@ -116,10 +121,12 @@ def main() -> None:
         for name in chosen:
             found = run_case(cases[name], env)
             figures[name] = found["figures"]
-            rows.append([name, found["rss_mb"], found["wall_s"]])
+            rows.append([name, found["rss_mb"], found["wall_s"], found["cpu_s"]])
             for note in found["notes"]:  # type: ignore[attr-defined]
                 print(f"  {name}: {note}")
-        print(table(["case", "max RSS MB", "wall s"], rows))
+        print(table(["case", "max RSS MB", "wall s", "cpu s"], rows))
+        print(f"load average after: {', '.join(f'{x:.2f}' for x in os.getloadavg())} (wall time swings with it; "
+              "CPU time, user + system, much less)")
         if "lexical" in figures and "runs" in figures:
             print(f"same figures with and without --runs: {figures['lexical'] == figures['runs']}")
         for name, systems in figures.items():

@@ -414,7 +414,7 @@ def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: st
         result = evaluate(list(recipes), collection, metrics=metrics, params=settings, sweep=sweeps or None,
                           embedder=spec, analyzer=analyzer,
                           title_mode=title_mode, batch_size=batch_size, depth=depth, queries=queries, progress=show,
-                          use_cache=cache, baseline=baseline, ray=ray,
+                          use_cache=cache, baseline=baseline, ray=ray, keep_runs=runs_dir is not None,
                           plugins=click.get_current_context().meta.get(PLUGINS_META, ()))
     except ParameterError as error:  # a --set or --sweep value, written as on the command line
         raise UserError(error.message(lambda name, value: _set_label(name, value)[len("--set "):])) from None

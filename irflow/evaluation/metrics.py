@@ -55,6 +55,7 @@ __all__ = [
     "parse_metrics",
     "ranked_doc_ids",
     "judged_grades",
+    "measure_ranking",
     "per_query",
     "evaluate_run",
 ]
@@ -292,9 +293,21 @@ def per_query(
         judgements = qrels[qid]
         judged = judged_grades(qid, judgements)
         ranked = _grades(ranked_doc_ids(run.get(qid, {})), judgements)
-        for metric in parsed:
-            table[str(metric)][qid] = _MEASURES[metric.name](ranked, judged, metric.k)
+        for metric, value in zip(parsed, measure_ranking(ranked, judged, parsed)):
+            table[str(metric)][qid] = value
     return table
+
+
+def measure_ranking(ranked: np.ndarray, judged: np.ndarray, metrics: Iterable[Metric]) -> list[float]:
+    """Each metric of one query: ``ranked`` the grades of its ranking in trec_eval's order, ``judged`` its qrels' grades.
+
+    The one computation behind :func:`per_query` and the columnar runs of
+    :mod:`irflow.evaluation.runs`, so both give the same bits.
+
+    >>> measure_ranking(np.array([0, 2]), np.array([2, 1]), parse_metrics("p@1,mrr@10"))
+    [0.0, 0.5]
+    """
+    return [_MEASURES[metric.name](ranked, judged, metric.k) for metric in metrics]
 
 
 def evaluate_run(

@@ -10,12 +10,15 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+
+import numpy as np
 
 from irflow.errors import DatasetError
 from irflow.evaluation.datasets import HashingLines, add_judgement, parse_grade, where
-from irflow.util.fileio import shown, write_atomic
+from irflow.evaluation.runs import ColumnarRun
+from irflow.util.fileio import atomic_writer, shown
 
 __all__ = ["read_trec_qrels", "read_trec_run", "write_trec_run"]
 
@@ -105,22 +108,36 @@ def write_trec_run(path: str | os.PathLike[str], run: Mapping[str, Mapping[str, 
 
     Equal scores keep the order given (a stable sort), so the file shows the
     ranking the caller produced; evaluators re-rank by score anyway.  Scores
-    are written with ``repr`` so they read back exactly.
+    are written with ``repr`` so they read back exactly.  The file is
+    written query by query into a temporary file renamed into place: a
+    reader never sees half a run file, a failed write leaves the old one.
 
     >>> write_trec_run("run.txt", {"q1": {"d1": 2.0, "d2": 1.0}}, tag="bm25")  # doctest: +SKIP
     """
     _token(tag, "tag")
-    lines: list[str] = []
+    ranked: Iterator[tuple[str, list[str], list[float]]]
+    if isinstance(run, ColumnarRun):
+        # its document ids are the corpus' distinct ones: checked once, not per line
+        for doc_id in run.names.tolist():
+            _token(doc_id, "document id")
+        if np.isnan(run.scores).any():
+            raise DatasetError("a NaN score cannot be ranked; the run holds one")
+        ranked = run.by_score()
+    else:
+        ranked = _by_score(run)
+    with atomic_writer(Path(path), "run file") as out:
+        for qid, doc_ids, scores in ranked:
+            _token(qid, "query id")
+            out.write("".join([f"{qid} Q0 {doc_id} {rank} {score!r} {tag}\n" for rank, (doc_id, score)
+                               in enumerate(zip(doc_ids, scores), start=1)]).encode("utf-8"))
+
+
+def _by_score(run: Mapping[str, Mapping[str, float]]) -> Iterator[tuple[str, list[str], list[float]]]:
+    """Per query: (id, document ids, scores as floats), score descending, equal scores in the given order."""
     for qid, scores in run.items():
-        _token(qid, "query id")
-        ranked = sorted(scores.items(), key=lambda item: -float(item[1]))
-        for rank, (doc_id, score) in enumerate(ranked, start=1):
-            if math.isnan(float(score)):
+        ranked = sorted(((doc_id, float(score)) for doc_id, score in scores.items()), key=lambda item: -item[1])
+        for doc_id, score in ranked:
+            _token(doc_id, "document id")
+            if math.isnan(score):
                 raise DatasetError(f"query {qid!r}, document {doc_id!r}: a NaN score cannot be ranked")
-            lines.append(f"{qid} Q0 {_token(doc_id, 'document id')} {rank} {float(score)!r} {tag}\n")
-    _write_text(Path(path), "".join(lines))
-
-
-def _write_text(path: Path, text: str) -> None:
-    # a temporary file renamed into place: a reader never sees half a run file, a failed write leaves the old one
-    write_atomic(path, text, "run file")
+        yield qid, [doc_id for doc_id, _ in ranked], [score for _, score in ranked]

@@ -1,0 +1,231 @@
+"""Runs as columns: each batch's rankings measured as they come, kept only when asked, 12 bytes an entry.
+
+An evaluation at trec_eval's depth of 1000 ranks 1000 documents per query:
+20,000 queries make 20M (query, document) entries per system.  Held as a
+dict per query (document id -> Python float) that was some 120 bytes an
+entry — 2.4 GB per system — although the metrics need each ranking only
+once.  So :func:`irflow.evaluation.evaluate.evaluate` measures every batch
+of rankings as soon as the recipe returns it (:class:`BatchScorer`: the
+per-query values, which is all the tables and tests need) and drops it,
+unless the runs are wanted (``keep_runs``: ``irflow eval --runs``, the
+Python API's default).  Kept runs are columns (:class:`ColumnarRun`): per
+system the query offsets, a document code (int32) and a score (float64) per
+entry, the document ids interned once for the corpus (:class:`DocIds`).
+
+The measured values are exactly :func:`irflow.evaluation.metrics.per_query`'s:
+a batch is put in trec_eval's order with numpy (per query: score as float32
+descending, ties by document id descending — the codes follow the ids'
+byte order) and every query's grades go through the same measure functions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from irflow.engine.batches import Candidates
+from irflow.evaluation.metrics import EvaluationError, Metric, judged_grades, measure_ranking
+
+__all__ = ["DocIds", "RankedBatch", "ranked_batch", "BatchScorer", "run_batch", "ColumnarRun", "run_bytes",
+           "ENTRY_BYTES", "LARGE_RUNS_BYTES"]
+
+#: Bytes a kept run holds per (query, document) entry: an int32 document code and a float64 score.
+ENTRY_BYTES = 4 + 8
+#: Kept runs this large (in memory or as TREC run files) are announced by a warning before the evaluation.
+LARGE_RUNS_BYTES = 1 << 30
+
+
+class DocIds:
+    """A corpus' document (artifact) ids interned once: the sorted distinct ids, and each row's code.
+
+    Codes follow numpy's order of the ids, the order of their UTF-8 bytes,
+    which is the order trec_eval breaks score ties by (``strcmp``).
+    """
+
+    def __init__(self, artifact_ids: Any) -> None:
+        names, codes = np.unique(np.asarray(artifact_ids, dtype=object).astype(str), return_inverse=True)
+        self.names: np.ndarray = names
+        self.row_codes: np.ndarray = codes.astype(np.int32).ravel()
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def codes_of(self, ids: Sequence[str]) -> np.ndarray:
+        """The code of each id (int64), -1 for an id the corpus does not hold."""
+        if not len(ids) or not len(self.names):
+            return np.full(len(ids), -1, dtype=np.int64)
+        wanted = np.asarray(ids, dtype=object).astype(str)
+        at = np.minimum(np.searchsorted(self.names, wanted), len(self.names) - 1)
+        return np.where(self.names[at] == wanted, at, -1).astype(np.int64)
+
+
+@attrs.frozen(eq=False)
+class RankedBatch:
+    """One system's rankings of a batch of queries: query ``i``'s entries are ``offsets[i]:offsets[i + 1]``.
+
+    In the recipe's order, one entry per document (its best-ranked occurrence).
+    """
+
+    offsets: np.ndarray  # int64, queries + 1
+    docs: np.ndarray  # int32 codes of DocIds
+    scores: np.ndarray  # float64
+
+
+def _first_per_document(query: np.ndarray, code: np.ndarray, score: np.ndarray, n_queries: int,
+                        n_names: int) -> RankedBatch:
+    """The best-ranked entry per (query, document), grouped by query in the given order."""
+    # entries are grouped by (sub)query and ranked: the first occurrence of a key is its best rank
+    _, first = np.unique(query * n_names + code, return_index=True)
+    keep = np.sort(first)
+    keep = keep[np.argsort(query[keep], kind="stable")]
+    offsets = np.searchsorted(query[keep], np.arange(n_queries + 1)).astype(np.int64)
+    return RankedBatch(offsets, code[keep].astype(np.int32), score[keep].astype(np.float64))
+
+
+def ranked_batch(result: Any, ids: DocIds, n_queries: int) -> RankedBatch:
+    """A recipe result's rankings of ``n_queries`` queries as a :class:`RankedBatch`."""
+    output = result.output()
+    if isinstance(output, Candidates):
+        query = output.origin_index.astype(np.int64)
+        code = ids.row_codes[output.row].astype(np.int64)
+        score = output.score
+    else:  # a Hits output: SearchHits per query, ranked
+        hits = result.hits
+        query = np.repeat(np.arange(len(hits), dtype=np.int64), [len(h) for h in hits])
+        flat = [hit for per_query in hits for hit in per_query]
+        code = ids.codes_of([hit.artifact_id for hit in flat])
+        score = np.fromiter((float(hit.score) for hit in flat), dtype=np.float64, count=len(flat))
+        if (code < 0).any():  # cannot happen with hits of this corpus; said rather than mis-coded
+            raise EvaluationError("a recipe returned a hit whose artifact id is not in the evaluated corpus")
+    return _first_per_document(query, code, np.asarray(score, dtype=np.float64), n_queries, len(ids))
+
+
+class BatchScorer:
+    """Measures batches of rankings: per query and metric, the value :func:`~irflow.evaluation.metrics.per_query` gives."""
+
+    def __init__(self, ids: DocIds, metrics: Sequence[Metric]) -> None:
+        self.ids = ids
+        self.metrics = tuple(metrics)
+
+    def measure(self, batch: RankedBatch, qids: Sequence[str], judgements: Sequence[Mapping[str, int]]) -> np.ndarray:
+        """Values (queries x metrics, float64) of ``batch``, query ``i`` judged by ``judgements[i]``."""
+        counts = np.diff(batch.offsets)
+        query = np.repeat(np.arange(len(qids), dtype=np.int64), counts)
+        with np.errstate(over="ignore"):  # beyond float32's range is +-inf, as in trec_eval
+            score32 = batch.scores.astype(np.float32)
+        if np.isnan(score32).any():
+            at = int(np.flatnonzero(np.isnan(score32))[0])
+            raise EvaluationError(f"document {str(self.ids.names[batch.docs[at]])!r} of query {qids[query[at]]!r} "
+                                  "has a NaN score; a run's scores must be numbers")
+        # trec_eval's order: by query, score descending, ties by document id descending (codes follow the ids)
+        order = np.lexsort((-batch.docs.astype(np.int64), -score32, query))
+        judged = [judged_grades(qid, j) for qid, j in zip(qids, judgements)]
+        ranked = self._grades(batch, query, judgements, judged)[order]
+        values = np.zeros((len(qids), len(self.metrics)), dtype=np.float64)
+        for i, grades in enumerate(judged):
+            lo, hi = int(batch.offsets[i]), int(batch.offsets[i + 1])
+            values[i] = measure_ranking(ranked[lo:hi], grades, self.metrics)
+        return values
+
+    def _grades(self, batch: RankedBatch, query: np.ndarray, judgements: Sequence[Mapping[str, int]],
+                judged: Sequence[np.ndarray]) -> np.ndarray:
+        """The grade of every entry (int64; unjudged 0), looked up by (query, document code) in one search."""
+        codes = self.ids.codes_of([doc for j in judgements for doc in j])
+        known = codes >= 0  # a judged document absent from the corpus is never retrieved
+        query_of = np.repeat(np.arange(len(judgements), dtype=np.int64), [len(j) for j in judgements])
+        keys = (query_of * len(self.ids) + codes)[known]
+        grades = (np.concatenate(judged) if judged else np.zeros(0, np.int64))[known]
+        out = np.zeros(len(batch.docs), dtype=np.int64)
+        if not len(keys):
+            return out
+        by_key = np.argsort(keys)
+        keys, grades = keys[by_key], grades[by_key]
+        wanted = query * len(self.ids) + batch.docs
+        at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+        found = keys[at] == wanted
+        out[found] = grades[at[found]]
+        return out
+
+
+def run_batch(plans: Sequence[Any], corpus: Any, texts: list[str], qids: Sequence[str],
+              judgements: Sequence[Mapping[str, int]], scorer: BatchScorer, cache: Any,
+              keep_runs: bool) -> list[tuple[np.ndarray, RankedBatch | None, float]]:
+    """Every plan on one batch: (per-query values, the rankings if ``keep_runs`` else None, seconds) per plan.
+
+    The one step of an evaluation, in this process or in a Ray actor
+    (:mod:`irflow.evaluation.on_ray`); the seconds are the recipe's run and
+    the reading of its rankings, not their measuring.
+    """
+    out: list[tuple[np.ndarray, RankedBatch | None, float]] = []
+    for plan in plans:
+        start = time.perf_counter()
+        result = plan.recipe.run(corpus, texts, cache=cache, **plan.params)
+        ranked = ranked_batch(result, scorer.ids, len(qids))
+        seconds = time.perf_counter() - start
+        out.append((scorer.measure(ranked, qids, judgements), ranked if keep_runs else None, seconds))
+    return out
+
+
+class ColumnarRun(Mapping[str, Mapping[str, float]]):
+    """A kept run: query id -> {document id: score}, held as columns (see the module docstring).
+
+    Reads like the dict it replaces — ``run[qid]`` is a new dict in the
+    recipe's order, ``dict(run)`` a plain dict of dicts (for pytrec_eval) —
+    while holding :data:`ENTRY_BYTES` per entry.
+    """
+
+    def __init__(self, qids: Sequence[str], offsets: np.ndarray, docs: np.ndarray, scores: np.ndarray,
+                 names: np.ndarray) -> None:
+        if len(offsets) != len(qids) + 1 or docs.shape != scores.shape or int(offsets[-1]) != len(docs):
+            raise ValueError("offsets need one entry per query plus one, and docs and scores one per entry")
+        self.qids = list(qids)
+        self.offsets, self.docs, self.scores, self.names = offsets, docs, scores, names
+        self._index = {qid: i for i, qid in enumerate(self.qids)}
+
+    @classmethod
+    def concat(cls, qids: Sequence[str], batches: Sequence[RankedBatch], names: np.ndarray) -> ColumnarRun:
+        """One run from consecutive batches (their queries, in order, are ``qids``)."""
+        sizes = [int(b.offsets[-1]) for b in batches]
+        starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        offsets = np.concatenate([[0], *[b.offsets[1:] + start for b, start in zip(batches, starts)]])
+        docs = np.concatenate([b.docs for b in batches]) if batches else np.zeros(0, np.int32)
+        scores = np.concatenate([b.scores for b in batches]) if batches else np.zeros(0, np.float64)
+        return cls(qids, offsets.astype(np.int64), docs, scores, names)
+
+    def __getitem__(self, qid: str) -> dict[str, float]:
+        i = self._index[qid]
+        lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
+        return dict(zip(self.names[self.docs[lo:hi]].tolist(), self.scores[lo:hi].tolist()))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.qids)
+
+    def __len__(self) -> int:
+        return len(self.qids)
+
+    @property
+    def entries(self) -> int:
+        """(query, document) entries held."""
+        return len(self.docs)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the columns (the interned ids are shared by every run of an evaluation)."""
+        return int(self.offsets.nbytes + self.docs.nbytes + self.scores.nbytes)
+
+    def by_score(self) -> Iterator[tuple[str, list[str], list[float]]]:
+        """Per query: (id, document ids, scores), by score descending, equal scores in the recipe's order."""
+        query = np.repeat(np.arange(len(self.qids), dtype=np.int64), np.diff(self.offsets))
+        order = np.lexsort((-self.scores, query))  # stable: ties keep the recipe's order, like sorted()
+        for i, qid in enumerate(self.qids):
+            picked = order[int(self.offsets[i]):int(self.offsets[i + 1])]
+            yield qid, self.names[self.docs[picked]].tolist(), self.scores[picked].tolist()
+
+
+def run_bytes(n_queries: int, depth: int, n_documents: int, n_systems: int) -> int:
+    """Memory of the kept runs of an evaluation, at most (every ranking ``min(depth, n_documents)`` deep)."""
+    return n_queries * min(depth, n_documents) * n_systems * ENTRY_BYTES + n_systems * (n_queries + 1) * 8
