@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from irflow.cli.output import echo_json, machine_readable
 from irflow.engine.trace import Trace, diff as diff_stages, jsonable
 
 __all__ = ["trace"]
@@ -23,7 +24,7 @@ _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
 def _echo_json(data: object) -> None:
-    click.echo(json.dumps(jsonable(data), ensure_ascii=False, indent=2))
+    echo_json(json.dumps(jsonable(data), ensure_ascii=False, indent=2))
 
 
 @click.group()
@@ -37,6 +38,7 @@ def trace() -> None:
 @click.option("--query", "query", type=int, default=0, show_default=True, help="Query index in the run.")
 @click.option("--limit", type=click.IntRange(min=1), default=10, show_default=True, help="Candidates per stage.")
 @click.option("--json", "as_json", is_flag=True, help="Print the trace lines for this query (and stage) as JSON.")
+@machine_readable
 def show(file: Path, stage: str | None, query: int, limit: int, as_json: bool) -> None:
     """Print the stages of a trace: summary table and top candidates."""
     loaded = Trace.load(file)
@@ -58,6 +60,7 @@ def show(file: Path, stage: str | None, query: int, limit: int, as_json: bool) -
 @click.option("--query", "query", type=int, default=0, show_default=True, help="Query index in the run.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Rows per section.")
 @click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON.")
+@machine_readable
 def diff(files: tuple[Path, ...], stages: tuple[str, str] | None, stage: str | None, query: int,
          limit: int | None, as_json: bool) -> None:
     """What entered, left and moved: two stages of FILE, or one stage of two FILEs."""
@@ -88,6 +91,7 @@ def diff(files: tuple[Path, ...], stages: tuple[str, str] | None, stage: str | N
 @click.argument("record")
 @click.option("--query", "query", type=int, default=0, show_default=True, help="Query index in the run.")
 @click.option("--json", "as_json", is_flag=True, help="Print the explanation as JSON.")
+@machine_readable
 def explain(file: Path, record: str, query: int, as_json: bool) -> None:
     """Why RECORD (a record id or artifact id) ranks where it does, stage by stage."""
     explanation = Trace.load(file).explain(record, query=query)
