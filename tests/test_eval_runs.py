@@ -17,7 +17,7 @@ import irflow.evaluation.evaluate
 from irflow.cli import main
 from irflow.evaluation.evaluate import evaluate
 from irflow.evaluation.metrics import EvaluationError, parse_metrics, per_query
-from irflow.evaluation.runs import ENTRY_BYTES, BatchScorer, ColumnarRun, DocIds, RankedBatch
+from irflow.evaluation.runs import ENTRY_BYTES, BatchScorer, ColumnarRun, DocIds, RankedBatch, _trec_order
 from irflow.evaluation.trec import read_trec_run, write_trec_run
 
 METRICS = parse_metrics("ndcg@1,ndcg@3,ndcg@10,ndcg,recall@2,recall,p@1,p@5,mrr@1,mrr@10,mrr,map@3,map")
@@ -48,8 +48,10 @@ def _batch(ids: DocIds, rankings: list[list[tuple[str, float]]]) -> RankedBatch:
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(batch=st.lists(st.tuples(rankings, judgements), min_size=1, max_size=6))
-def test_columnar_values_are_the_dict_runs_values_bit_for_bit(batch: list) -> None:
+@given(batch=st.lists(st.tuples(rankings, judgements), min_size=1, max_size=6), by_score=st.booleans())
+def test_columnar_values_are_the_dict_runs_values_bit_for_bit(batch: list, by_score: bool) -> None:
+    if by_score:  # as recipes return them (ranked by score, ties in any order): the fast path of the ordering
+        batch = [(sorted(ranking, key=lambda entry: -entry[1]), judged) for ranking, judged in batch]
     ids = DocIds(np.array(CORPUS_IDS * 2, dtype=object))  # every id twice: two surfaces per document
     qids = [f"q{i}" for i in range(len(batch))]
     run = {q: dict(reversed(ranking)) for q, (ranking, _) in zip(qids, batch)}  # the dict run: first occurrence
@@ -59,6 +61,20 @@ def test_columnar_values_are_the_dict_runs_values_bit_for_bit(batch: list) -> No
     for j, metric in enumerate(METRICS):
         got = dict(zip(qids, values[:, j].tolist()))
         assert [v.hex() for v in got.values()] == [float(expected[str(metric)][q]).hex() for q in qids], metric
+
+
+@settings(max_examples=200, deadline=None)
+@given(entries=st.lists(st.tuples(st.integers(0, 3), scores, st.integers(0, 40)), max_size=60),
+       by_score=st.booleans())
+def test_trec_order_is_the_three_key_sort(entries: list, by_score: bool) -> None:
+    kept = list({(q, d): (q, v, d) for q, v, d in entries}.values())  # one entry per (query, document)
+    with np.errstate(over="ignore"):  # beyond float32: +-inf
+        kept.sort(key=lambda e: (e[0], -np.float32(e[1]) if by_score else 0))  # by query, maybe by score
+        query, score, docs = (np.array(column) for column in zip(*kept)) if kept else (np.zeros(0),) * 3
+        score32 = score.astype(np.float32)
+    expected = np.lexsort((-docs.astype(np.int64), -score32, query.astype(np.int64)))
+    got = _trec_order(query.astype(np.int64), score32, docs.astype(np.int32), 41)
+    assert got.tolist() == expected.tolist()
 
 
 def test_nan_scores_and_bad_grades_are_refused_as_with_dict_runs() -> None:

@@ -104,6 +104,24 @@ def ranked_batch(result: Any, ids: DocIds, n_queries: int) -> RankedBatch:
     return _first_per_document(query, code, np.asarray(score, dtype=np.float64), n_queries, len(ids))
 
 
+def _trec_order(query: np.ndarray, score32: np.ndarray, docs: np.ndarray, n_names: int) -> np.ndarray:
+    """The entries in trec_eval's order: by query, score (float32) descending, ties by document id descending.
+
+    A recipe's rankings are by score already (float64, so float32 too):
+    then only runs of equal scores need reordering, by code (the codes
+    follow the ids), in one stable sort of nearly sorted keys; anything else
+    gets the full three-key sort.
+    """
+    if len(query) < 2:
+        return np.arange(len(query))
+    same_query = query[1:] == query[:-1]
+    if (same_query & (score32[1:] > score32[:-1])).any():  # not by score: sort it all
+        return np.lexsort((-docs.astype(np.int64), -score32, query))
+    # a group per (query, score) run (-0.0 == 0.0: one run, as they are one score for trec_eval)
+    group = np.concatenate([[0], np.cumsum(~(same_query & (score32[1:] == score32[:-1])))])
+    return np.argsort(group * n_names + (n_names - 1 - docs.astype(np.int64)), kind="stable")
+
+
 class BatchScorer:
     """Measures batches of rankings: per query and metric, the value :func:`~irflow.evaluation.metrics.per_query` gives."""
 
@@ -121,8 +139,7 @@ class BatchScorer:
             at = int(np.flatnonzero(np.isnan(score32))[0])
             raise EvaluationError(f"document {str(self.ids.names[batch.docs[at]])!r} of query {qids[query[at]]!r} "
                                   "has a NaN score; a run's scores must be numbers")
-        # trec_eval's order: by query, score descending, ties by document id descending (codes follow the ids)
-        order = np.lexsort((-batch.docs.astype(np.int64), -score32, query))
+        order = _trec_order(query, score32, batch.docs, len(self.ids))
         judged = [judged_grades(qid, j) for qid, j in zip(qids, judgements)]
         ranked = self._grades(batch, query, judgements, judged)[order]
         values = np.zeros((len(qids), len(self.metrics)), dtype=np.float64)
