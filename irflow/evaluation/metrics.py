@@ -209,7 +209,7 @@ def _precision(ranked: np.ndarray, judged: np.ndarray, k: int | None) -> float:
 
 def _mrr(ranked: np.ndarray, judged: np.ndarray, k: int | None) -> float:
     hits = np.flatnonzero(_relevant(ranked[:k]))
-    return 1.0 / (hits[0] + 1) if hits.size else 0.0
+    return 1.0 / (int(hits[0]) + 1) if hits.size else 0.0  # a Python float (the same bits as numpy's)
 
 
 def _average_precision(ranked: np.ndarray, judged: np.ndarray, k: int | None) -> float:
