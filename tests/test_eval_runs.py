@@ -89,7 +89,7 @@ def test_nan_scores_and_bad_grades_are_refused_as_with_dict_runs() -> None:
 def test_a_columnar_run_reads_like_the_dict_it_replaces(tmp_path: Path) -> None:
     ids = DocIds(np.array(["d2", "d10", "d1", "d3"], dtype=object))
     rankings = [[("d10", 2.0), ("d1", 2.0), ("d2", 3.0)], [], [("d3", -0.0), ("d1", 0.0)]]
-    run = ColumnarRun.concat(["q1", "q2", "q3"], [_batch(ids, rankings[:2]), _batch(ids, rankings[2:])], ids.names)
+    run = ColumnarRun(["q1", "q2", "q3"], [_batch(ids, rankings[:2]), _batch(ids, rankings[2:])], ids.names)
     plain = {"q1": {"d10": 2.0, "d1": 2.0, "d2": 3.0}, "q2": {}, "q3": {"d3": -0.0, "d1": 0.0}}
     assert run == plain and dict(run) == plain and len(run) == 3 and list(run) == ["q1", "q2", "q3"]
     assert [list(run[q]) for q in run] == [list(plain[q]) for q in plain]  # the recipe's order kept
@@ -134,8 +134,8 @@ def test_kept_runs_hold_twelve_bytes_per_entry(collection: Path) -> None:
         assert isinstance(run, ColumnarRun)
         entries = sum(len(run[q]) for q in run)
         assert entries == run.entries > 40 * 30  # most documents ranked for every query
-        # the columns and nothing else: 12 bytes per (query, document), 8 per query
-        assert run.nbytes == ENTRY_BYTES * entries + 8 * (len(run) + 1)
+        # the columns and nothing else: 12 bytes per (query, document), 8 per query (and batch)
+        assert run.nbytes == ENTRY_BYTES * entries + 8 * (len(run) + len(run.batches))
         assert run.names is ev["lexical"].run.names  # the ids interned once per evaluation
 
 

@@ -234,10 +234,10 @@ def _say_run_size(n_queries: int, depth: int, ids: DocIds, qids: Sequence[str], 
     """A warning before runs are kept whose memory or run files would be large (nothing is refused)."""
     memory = run_bytes(n_queries, depth, len(ids), n_systems)
     lines = n_queries * min(depth, len(ids)) * n_systems
-    # a TREC line: "qid Q0 doc rank score tag\n", the score's repr ~20 characters, a tag ~10
+    # a TREC line: "qid Q0 doc rank score tag\n": ~18 characters of score, a short tag, 8 separators
     mean_id = sum(len(q) for q in qids[:1000]) / max(1, min(len(qids), 1000))
     mean_doc = sum(len(str(n)) for n in ids.names[:1000]) / max(1, min(len(ids), 1000))
-    disk = int(lines * (mean_id + mean_doc + len(str(depth)) + 38))
+    disk = int(lines * (mean_id + mean_doc + len(str(depth)) + 30))
     if max(memory, disk) >= LARGE_RUNS_BYTES:
         warnings.warn(f"keeping the runs of {n_systems} system{'' if n_systems == 1 else 's'} over {n_queries:,} "
                       f"queries at depth {depth} takes up to {_size(memory)} of memory ({_size(disk)} as TREC run "
@@ -335,8 +335,7 @@ def evaluate(
                                          progress=title)
     systems = []
     for plan, done in zip(plans, measured):
-        run = ColumnarRun.concat(qids, done.ranked, scorer.ids.names) if keep_runs else None
-        done.ranked.clear()  # the run holds them now: one copy at a time
+        run = ColumnarRun(qids, done.ranked, scorer.ids.names) if keep_runs else None
         systems.append(_system(plan.label, plan.recipe.name, plan.params, qids, parsed, done.table(len(parsed)),
                                run, done.seconds))
     return Evaluation(collection.name, collection.split, tuple(str(m) for m in parsed), the_depth, qrels,

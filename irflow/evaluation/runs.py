@@ -192,31 +192,30 @@ class ColumnarRun(Mapping[str, Mapping[str, float]]):
 
     Reads like the dict it replaces — ``run[qid]`` is a new dict in the
     recipe's order, ``dict(run)`` a plain dict of dicts (for pytrec_eval) —
-    while holding :data:`ENTRY_BYTES` per entry.
+    while holding :data:`ENTRY_BYTES` per entry: the batches as they were
+    measured (``qids`` are their queries, in order), never copied into one
+    array (that would hold every entry twice for a moment).
     """
 
-    def __init__(self, qids: Sequence[str], offsets: np.ndarray, docs: np.ndarray, scores: np.ndarray,
-                 names: np.ndarray) -> None:
-        if len(offsets) != len(qids) + 1 or docs.shape != scores.shape or int(offsets[-1]) != len(docs):
-            raise ValueError("offsets need one entry per query plus one, and docs and scores one per entry")
+    def __init__(self, qids: Sequence[str], batches: Sequence[RankedBatch], names: np.ndarray) -> None:
         self.qids = list(qids)
-        self.offsets, self.docs, self.scores, self.names = offsets, docs, scores, names
+        self.batches = list(batches)
+        self.names = names
+        sizes = [len(b.offsets) - 1 for b in self.batches]
+        if sum(sizes) != len(self.qids):
+            raise ValueError(f"the batches hold {sum(sizes)} queries, but {len(self.qids)} query ids were given")
+        self._starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)  # first query of each batch
         self._index = {qid: i for i, qid in enumerate(self.qids)}
 
-    @classmethod
-    def concat(cls, qids: Sequence[str], batches: Sequence[RankedBatch], names: np.ndarray) -> ColumnarRun:
-        """One run from consecutive batches (their queries, in order, are ``qids``)."""
-        sizes = [int(b.offsets[-1]) for b in batches]
-        starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        offsets = np.concatenate([[0], *[b.offsets[1:] + start for b, start in zip(batches, starts)]])
-        docs = np.concatenate([b.docs for b in batches]) if batches else np.zeros(0, np.int32)
-        scores = np.concatenate([b.scores for b in batches]) if batches else np.zeros(0, np.float64)
-        return cls(qids, offsets.astype(np.int64), docs, scores, names)
+    def _span(self, i: int) -> tuple[RankedBatch, int, int]:
+        batch = int(np.searchsorted(self._starts, i, side="right")) - 1
+        j = i - int(self._starts[batch])
+        offsets = self.batches[batch].offsets
+        return self.batches[batch], int(offsets[j]), int(offsets[j + 1])
 
     def __getitem__(self, qid: str) -> dict[str, float]:
-        i = self._index[qid]
-        lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
-        return dict(zip(self.names[self.docs[lo:hi]].tolist(), self.scores[lo:hi].tolist()))
+        batch, lo, hi = self._span(self._index[qid])
+        return dict(zip(self.names[batch.docs[lo:hi]].tolist(), batch.scores[lo:hi].tolist()))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.qids)
@@ -227,22 +226,22 @@ class ColumnarRun(Mapping[str, Mapping[str, float]]):
     @property
     def entries(self) -> int:
         """(query, document) entries held."""
-        return len(self.docs)
+        return sum(len(b.docs) for b in self.batches)
 
     @property
     def nbytes(self) -> int:
         """Bytes of the columns (the interned ids are shared by every run of an evaluation)."""
-        return int(self.offsets.nbytes + self.docs.nbytes + self.scores.nbytes)
+        return sum(int(b.offsets.nbytes + b.docs.nbytes + b.scores.nbytes) for b in self.batches)
 
     def by_score(self) -> Iterator[tuple[str, list[str], list[float]]]:
         """Per query: (id, document ids, scores), by score descending, equal scores in the recipe's order."""
-        query = np.repeat(np.arange(len(self.qids), dtype=np.int64), np.diff(self.offsets))
-        order = np.lexsort((-self.scores, query))  # stable: ties keep the recipe's order, like sorted()
         for i, qid in enumerate(self.qids):
-            picked = order[int(self.offsets[i]):int(self.offsets[i + 1])]
-            yield qid, self.names[self.docs[picked]].tolist(), self.scores[picked].tolist()
+            batch, lo, hi = self._span(i)
+            scores = batch.scores[lo:hi]
+            picked = np.argsort(-scores, kind="stable")  # ties keep the recipe's order, like sorted()
+            yield qid, self.names[batch.docs[lo:hi][picked]].tolist(), scores[picked].tolist()
 
 
 def run_bytes(n_queries: int, depth: int, n_documents: int, n_systems: int) -> int:
     """Memory of the kept runs of an evaluation, at most (every ranking ``min(depth, n_documents)`` deep)."""
-    return n_queries * min(depth, n_documents) * n_systems * ENTRY_BYTES + n_systems * (n_queries + 1) * 8
+    return n_systems * (n_queries * min(depth, n_documents) * ENTRY_BYTES + (n_queries + 1) * 8)

@@ -120,7 +120,7 @@ def write_trec_run(path: str | os.PathLike[str], run: Mapping[str, Mapping[str, 
         # its document ids are the corpus' distinct ones: checked once, not per line
         for doc_id in run.names.tolist():
             _token(doc_id, "document id")
-        if np.isnan(run.scores).any():
+        if any(np.isnan(batch.scores).any() for batch in run.batches):
             raise DatasetError("a NaN score cannot be ranked; the run holds one")
         ranked = run.by_score()
     else:
