@@ -155,8 +155,8 @@ def test_without_kept_runs_only_the_figures_are_held(collection: Path, tmp_path:
 
 def test_the_size_of_large_kept_runs_is_said_first(collection: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(irflow.evaluation.evaluate, "LARGE_RUNS_BYTES", 10_000)
-    with pytest.warns(UserWarning, match=r"runs of 2 systems over 40 queries at depth 1000 takes up to "
-                                         r"58\.3 KB of memory \(.* as TREC run files\)"):
+    with pytest.warns(UserWarning, match=r"runs of 2 systems over 40 queries, up to 60 documents each, takes up "
+                                         r"to 58\.3 KB of memory \(.* as TREC run files\)"):
         evaluate(["lexical", "dense"], collection, embedder="hash", use_cache=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing to say when the runs are not kept

@@ -232,16 +232,17 @@ def _measure_plans_on_ray(address: str, plans: Sequence[Plan], source: Any, embe
 
 def _say_run_size(n_queries: int, depth: int, ids: DocIds, qids: Sequence[str], n_systems: int) -> None:
     """A warning before runs are kept whose memory or run files would be large (nothing is refused)."""
-    memory = run_bytes(n_queries, depth, len(ids), n_systems)
-    lines = n_queries * min(depth, len(ids)) * n_systems
+    deep = min(depth, len(ids))  # no ranking holds more documents than the corpus
+    memory = run_bytes(n_queries, deep, len(ids), n_systems)
     # a TREC line: "qid Q0 doc rank score tag\n": ~18 characters of score, a short tag, 8 separators
     mean_id = sum(len(q) for q in qids[:1000]) / max(1, min(len(qids), 1000))
     mean_doc = sum(len(str(n)) for n in ids.names[:1000]) / max(1, min(len(ids), 1000))
-    disk = int(lines * (mean_id + mean_doc + len(str(depth)) + 30))
+    disk = int(n_queries * deep * n_systems * (mean_id + mean_doc + len(str(deep)) + 30))
     if max(memory, disk) >= LARGE_RUNS_BYTES:
         warnings.warn(f"keeping the runs of {n_systems} system{'' if n_systems == 1 else 's'} over {n_queries:,} "
-                      f"queries at depth {depth} takes up to {_size(memory)} of memory ({_size(disk)} as TREC run "
-                      f"files); without --runs (keep_runs=False) only the per-query figures are kept", stacklevel=3)
+                      f"queries, up to {deep:,} documents each, takes up to {_size(memory)} of memory "
+                      f"({_size(disk)} as TREC run files); without --runs (keep_runs=False) only the per-query "
+                      "figures are kept", stacklevel=3)
 
 
 def _size(n_bytes: float) -> str:
