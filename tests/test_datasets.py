@@ -334,3 +334,20 @@ def test_run_scores_beyond_float_range_are_infinite_as_in_trec_eval(tmp_path: Pa
     path = tmp_path / "run.txt"
     path.write_text(f"q1 Q0 a 0 1e400 t\nq1 Q0 b 1 -inf t\nq1 Q0 c 2 {'9' * 400} t\nq1 Q0 d 3 -0.5 t\n")
     assert read_trec_run(path) == {"q1": {"a": math.inf, "b": -math.inf, "c": math.inf, "d": -0.5}}
+
+
+@pytest.mark.parametrize("raw, message", [("1.5", "got 1.5"), ("true", "got True"), ("NaN", "got nan"),
+                                          ("1e400", "got inf"), ("-0.0", "got -0.0")])
+def test_query_ids_that_are_not_whole_numbers_are_refused(toy: Path, raw: str, message: str) -> None:
+    (toy / "queries.jsonl").write_text('{"_id": "q1", "text": "heat"}\n{"_id": ' + raw + ', "text": "x"}\n')
+    with pytest.raises(DatasetError, match=rf"queries\.jsonl line 2: '_id' must be a non-empty string, {message}"):
+        load_beir(toy)
+
+
+def test_query_ids_written_as_integers_keep_every_digit(toy: Path) -> None:
+    big = 10**30 + 1  # beyond float and int64: read as the text of the integer, exactly
+    (toy / "queries.jsonl").write_text(f'{{"_id": "q1", "text": "heat"}}\n{{"_id": {big}, "text": "x"}}\n'
+                                       f'{{"_id": "q3", "text": "title"}}\n')
+    (toy / "qrels" / "test.tsv").write_text(f"query-id\tcorpus-id\tscore\nq1\td1\t2\n{big}\td2\t1\n")
+    collection = load_beir(toy)
+    assert list(collection.eval_queries) == ["q1", str(big)] and collection.qrels[str(big)] == {"d2": 1}
