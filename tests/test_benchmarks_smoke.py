@@ -68,3 +68,10 @@ def test_sgemm_layout_runs():
     assert "OPENBLAS_CORETYPE=" in out
     line = next(x for x in out.splitlines() if x.startswith("batch 8:"))
     assert all(name in line for name in ("tiles rows x queries", "tiles queries x rows", "whole queries x rows"))
+
+
+@pytest.mark.slow
+def test_eval_memory_quick_runs_and_the_runs_do_not_change_the_figures():
+    out = _run("eval_memory.py", "--quick", "--cases", "lexical,runs")
+    assert "workload: 2,000 queries" in out and "max RSS MB" in out
+    assert "same figures with and without --runs: True" in out

@@ -202,6 +202,61 @@ def test_recipes_lists_the_built_ins():
     assert "hybrid: dense and BM25" in out and "lexical:" in out
 
 
+NOISY = """import irflow
+
+print("noisy: imported")  # a library that talks on stdout
+
+
+def noisy_formulate(query):
+    print(f"noisy: formulating {query!r}")
+    return [query]
+
+
+irflow.registry.register("noisy_formulate", noisy_formulate, replace=True)
+"""
+
+
+def _json_commands(group=main, prefix=()):
+    for name, command in sorted(group.commands.items()):
+        if hasattr(command, "commands"):
+            yield from _json_commands(command, (*prefix, name))
+        elif any(p.name == "as_json" for p in command.params):
+            yield (*prefix, name), command
+
+
+def test_every_json_command_keeps_stdout_for_its_json():
+    found = dict(_json_commands())
+    assert {("eval",), ("run",), ("index",), ("validate",), ("recipes",), ("shard",), ("trace", "show"),
+            ("trace", "diff"), ("trace", "explain")} <= set(found)
+    unguarded = [" ".join(words) for words, command in found.items()
+                 if not getattr(command.callback, "machine_readable", False)]
+    assert not unguarded, f"--json commands whose stdout anything may write to: {unguarded}"
+
+
+def test_json_output_is_alone_on_stdout_whatever_libraries_print(workdir, tmp_path):
+    data = tmp_path / "beir"
+    (data / "qrels").mkdir(parents=True)
+    (data / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "text": f"{w} parser tool"}) + "\n"
+                                               for i, w in enumerate(WORDS)))
+    (data / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "sql parser"}) + "\n")
+    (data / "qrels" / "test.tsv").write_text("q1\td4\t1\n")
+    noisy = ["--set", "mode=lexical", "--set", "formulate=noisy_formulate"]
+    for args in (["eval", "search", "--dataset", data, "--embedder", "none", "--no-cache", *noisy],
+                 ["run", "search", "--corpus", workdir / "corpus", "-q", "sql parser", *noisy],
+                 ["validate", "lexical"]):
+        plugin = tmp_path / f"noisy_{args[0]}.py"  # a module of its own per command: its import prints again
+        plugin.write_text(NOISY)
+        result = ok(*args, "--plugin", plugin, "--json")
+        assert isinstance(json.loads(result.stdout), dict), result.stdout  # the JSON alone
+        assert "noisy: imported" in result.stderr  # what the plugin printed went to stderr
+        if args[0] != "validate":
+            assert "noisy: formulating 'sql parser'" in result.stderr
+            # without --json nothing moves: the readable output and the library's lines share stdout
+            assert "noisy: formulating 'sql parser'" in ok(*args, "--plugin", plugin).stdout
+    assert json.loads(ok("recipes", "--json").stdout)[0] == {"name": "dense", "description": ok(
+        "recipes").stdout.splitlines()[0].partition(": ")[2]}
+
+
 def test_version():
     assert ok("--version").stdout == f"irflow {irflow.__version__}\n" == ok("-V").stdout
 

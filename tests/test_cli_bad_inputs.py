@@ -199,6 +199,8 @@ class Env:
                                   else (lambda p: p.mkdir())),
             "qrels-directory": _beir(root / "g", qrels=lambda p: p.mkdir()),
             "qrels-huge-grade": _beir(root / "h", qrels=lambda p: p.write_text("q1\td0\t" + "9" * 5000 + "\n")),
+            "qrels-grade-10e30": _beir(root / "i", qrels=lambda p: p.write_text("q1\td0\t1" + "0" * 30 + "\n")),
+            "qrels-grade-nan": _beir(root / "j", qrels=lambda p: p.write_text("q1\td0\tnan\n")),
             "dataset-is-a-file": self.afile,
             "dataset-missing": root / "missing",
         }
@@ -255,7 +257,8 @@ TRACE_KINDS = ("dtype-16GB-str", "dtype-20MB-bytes", "dtype-void", "row-huge", "
                "candidates-str", "provenance-int", "queries-int", "params-list", "query-index-str", "elapsed-str",
                "scale-unknown", "missing-query-line", "not-a-trace")
 DATASET_KINDS = ("corpus-is-a-directory", "corpus-non-utf8", "corpus-deep", "corpus-huge-int", "corpus-binary",
-                 "queries-fifo", "qrels-directory", "qrels-huge-grade", "dataset-is-a-file", "dataset-missing")
+                 "queries-fifo", "qrels-directory", "qrels-huge-grade", "qrels-grade-10e30", "qrels-grade-nan",
+                 "dataset-is-a-file", "dataset-missing")
 DEEP = _deep_json(200)
 DEEP_FILTER = '{"a": ' * 200 + "1" + "}" * 200
 HUGE = "9" * 5000
@@ -360,6 +363,8 @@ def _cases() -> list[Case]:
         (("eval",), "metrics-unknown", evaluate("--metrics", "ndgc@10")),
         (("eval",), "embedder-huge-dim", evaluate("--embedder", f"hash:{HUGE}")),
         (("eval",), "holdout-seed-huge", evaluate("--holdout", "tune", "--holdout-seed", HUGE)),
+        (("eval",), "holdout-seed-negative", evaluate("--holdout", "tune", "--holdout-seed", "-1")),
+        (("eval",), "depth-a-float", evaluate("--depth", "1e3")),
         (("index",), "embedder-huge-dim", lambda env: ["index", str(env.records), "--out", str(env.root / "o-e"),
                                                        "--embedder", f"hash:{HUGE}"]),
         (("index",), "analyzer-unknown", lambda env: ["index", str(env.records), "--out", str(env.root / "o-a"),
@@ -456,6 +461,9 @@ def test_messages_say_what_is_wrong_and_the_limit(env: Env) -> None:
     assert "nested too deeply" in error("validate", str(env.files["deep-toml.toml"]))
     assert "5000000 characters, over the limit of 1024" in error("trace", "show", str(env.traces["dtype-16GB-str"]))
     assert "a directory" in error("eval", "lexical", "--dataset", str(env.datasets["corpus-is-a-directory"]))
+    grade = env.datasets["qrels-grade-10e30"] / "qrels" / "test.tsv"
+    assert f"{grade} line 1: relevance grade '1{'0' * 30}' is out of range" in error(
+        "eval", "lexical", "--dataset", str(grade.parents[1]), "--no-cache")
     assert "not a directory" in error("run", "hybrid", "--corpus", str(env.corpus), "-q", "x", "--trace",
                                       str(env.afile / "t.jsonl"))
     assert "--set x" in error("run", "hybrid", "--corpus", str(env.corpus), "-q", "x", "--set", f"x={DEEP}")

@@ -91,6 +91,9 @@ def test_metric_values_match_hand_computation(tiny: Path) -> None:
     for metric, value in expected.items():
         assert system.means[metric] == pytest.approx(value, abs=1e-12), metric
     assert system.per_query["ndcg@10"] == pytest.approx(dict(zip(["q1", "q2", "q3"], ndcg)))
+    # exactly: the gains over log2 discounts of these short rankings sum without rounding error
+    assert system.per_query["ndcg@10"] == dict(zip(["q1", "q2", "q3"], ndcg))
+    assert ev.to_dict() == evaluate("lexical", tiny, embedder=None, analyzer="plain", keep_runs=False).to_dict()
     assert ev.to_dict() == {"lexical": system.means}
     # every ranking is 1000 deep by default, whatever the metrics
     assert ev.depth == 1000 and system.params["k"] == 1000
@@ -120,13 +123,16 @@ def test_holdout_split_is_fixed_and_disjoint() -> None:
     assert holdout_split(ids, seed=4) != (tune, test)
     with pytest.raises(EvaluationError, match="fraction"):
         holdout_split(ids, fraction=1.0)
+    for seed in (-1, True, 1.5):  # numpy refuses -1 with a bare ValueError, and reads True as 1
+        with pytest.raises(EvaluationError, match="seed must be a non-negative integer"):
+            holdout_split(ids, seed=seed)  # type: ignore[arg-type]
 
 
 def test_runs_agree_with_pytrec_eval(tiny: Path) -> None:
     pytrec_eval = pytest.importorskip("pytrec_eval", reason="pytrec-eval-terrier (dev extra) is needed")
     ev = evaluate("hybrid", tiny, metrics="ndcg@10,map,recall@100")
     system = ev["hybrid"]
-    reference = pytrec_eval.RelevanceEvaluator(ev.qrels, {"ndcg_cut.10", "map", "recall.100"}).evaluate(system.run)
+    reference = pytrec_eval.RelevanceEvaluator(ev.qrels, {"ndcg_cut.10", "map", "recall.100"}).evaluate(dict(system.run))
     for qid, values in reference.items():
         assert system.per_query["ndcg@10"][qid] == pytest.approx(values["ndcg_cut_10"], abs=1e-6)
         assert system.per_query["map"][qid] == pytest.approx(values["map"], abs=1e-6)

@@ -302,6 +302,55 @@ def test_eval_on_ray_gives_the_same_figures(cluster, tmp_path):
     assert plain.to_dict() == on_ray.to_dict()
 
 
+KILLER = '''"""Imported in every actor of an evaluation: the first actor's process kills itself, once."""
+import os
+import signal
+from pathlib import Path
+
+import ray
+
+if ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None:
+    try:
+        fd = os.open(Path(__file__).with_suffix(".killed"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        pass
+    else:
+        os.close(fd)
+        os.kill(os.getpid(), signal.SIGKILL)
+'''
+
+
+def test_eval_json_on_ray_is_alone_on_stdout_when_a_worker_dies(cluster, tmp_path):
+    """Ray's driver prints '(raylet) A worker died ...' when an actor's process dies: on stderr, not in the JSON.
+
+    A real process (its stdout whole, Ray's shutdown included) joins this session's cluster; a plugin
+    kills the first actor, Ray restarts it and the evaluation completes.
+    """
+    data = _collection(tmp_path / "mini")
+    killer = tmp_path / "killer.py"
+    killer.write_text(KILLER)
+    # the joining driver takes its node address from the cluster's switch as irflow's own cluster has it
+    env = {**os.environ, "IRFLOW_HOME": str(tmp_path / "home"), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    args = ["eval", "lexical", "--dataset", str(data), "--embedder", "none", "--batch-size", "1", "--json"]
+    done = subprocess.run([sys.executable, "-m", "irflow", *args, "--ray", ray.get_runtime_context().gcs_address,
+                           "--plugin", str(killer)], capture_output=True, text=True, timeout=240, env=env,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(done.stdout)  # the JSON and nothing else
+    assert killer.with_suffix(".killed").exists() and "A worker died" in done.stderr  # it happened, and said so
+    assert figures == json.loads(CliRunner().invoke(cli, args).stdout)  # the figures without Ray
+
+
+def test_ray_driver_messages_go_to_stderr(cluster, capsys):
+    from irflow.shard import ray_backend
+
+    ray_backend.require_ray()  # how irflow imports Ray
+    line = f"(raylet) a message for the driver {time.time_ns()}"  # unique: Ray prints repeats later, deduplicated
+    ray._private.worker.print_to_stdstream({"lines": [line], "pid": "raylet", "is_err": False}, ignore_prefix=False)
+    out, err = capsys.readouterr()
+    assert line in err and line not in out
+
+
 def test_an_address_joins_that_cluster_untouched_and_as_given(cluster, monkeypatch):
     """The address reaches ray.init as given, and Ray dials it as given (its own rewrite of a loopback one is off)."""
     from ray._private import ray_constants, services

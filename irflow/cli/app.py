@@ -32,6 +32,7 @@ import click
 
 from irflow import __version__
 from irflow.cli import quickstart
+from irflow.cli.output import echo_json, machine_readable
 from irflow.cli.index import RECORD_FORMAT, bad_lines_report, read_record_file, skipped_report
 from irflow.cli.plugins import PLUGINS_META, plugin_option
 from irflow.cli.shard import ray_option, shard_command
@@ -181,6 +182,7 @@ def _one_line_warnings() -> Iterator[None]:
 @click.option("--progress/--no-progress", default=None,
               help="Progress bars for every phase (default: when stderr is a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
+@machine_readable
 def index(input_path: Path, out: Path, embedder: str | None, analyzer: str | None, name: str | None, title_mode: str,
           skip_bad: bool, progress: bool | None, as_json: bool) -> None:
     """Build a corpus from INPUT.jsonl (one record or BEIR document per line) into --out."""
@@ -203,7 +205,7 @@ def index(input_path: Path, out: Path, embedder: str | None, analyzer: str | Non
                "embedder": corpus.embedder_spec, "dim": corpus.dim, "analyzer": corpus.analyzer.name,
                "format": found.format, "skipped_lines": [b.number for b in found.bad]}
     if as_json:
-        click.echo(_dumps(summary))
+        echo_json(_dumps(summary))
     else:
         source = "BEIR documents" if found.format == "beir" else "records"
         click.echo(f"indexed {summary['records']} records ({summary['artifacts']} artifacts; kinds "
@@ -250,6 +252,7 @@ def _hits_table(hits: Sequence[Any]) -> str:
 @click.option("--explain", "explain_n", type=click.IntRange(min=0), default=0, metavar="N",
               help="Explain the top N hits of each query, stage by stage.")
 @ray_option
+@machine_readable
 def run(recipe: str, corpus_path: str, queries: tuple[str, ...], settings: dict[str, Any], trace_path: Path | None,
         as_json: bool, explain_n: int, ray: str | None) -> None:
     """Run RECIPE (a file or a built-in name) on a corpus (plain or sharded) and print the hits."""
@@ -275,7 +278,7 @@ def run(recipe: str, corpus_path: str, queries: tuple[str, ...], settings: dict[
                              "hits": [{"rank": i, **h.to_dict()} for i, h in enumerate(per_query[q], start=1)],
                              **({"explanations": [e.to_dict() for e in explanations[q]]} if explain_n else {})}
                             for q, text in enumerate(queries)]}
-        click.echo(_dumps(data))
+        echo_json(_dumps(data))
         return
     for q, text in enumerate(queries):
         hits = per_query[q]
@@ -298,6 +301,7 @@ def run(recipe: str, corpus_path: str, queries: tuple[str, ...], settings: dict[
 @click.argument("recipe", type=PATH_TEXT)
 @plugin_option
 @click.option("--json", "as_json", is_flag=True, help='Print {"ok": ..., "problems": [...]}.')
+@machine_readable
 def validate(recipe: str, as_json: bool) -> None:
     """Check RECIPE and list every problem (exit status 1 when there are any)."""
     try:
@@ -307,7 +311,7 @@ def validate(recipe: str, as_json: bool) -> None:
     except RecipeError as error:  # unreadable file, bad TOML/YAML, unknown built-in
         problems, source, loaded = list(error.problems), error.source or recipe, None
     if as_json:
-        click.echo(_dumps({"recipe": recipe, "source": source, "ok": not problems, "problems": problems}))
+        echo_json(_dumps({"recipe": recipe, "source": source, "ok": not problems, "problems": problems}))
     elif problems:
         click.echo(f"{source}: {len(problems)} problem{'' if len(problems) == 1 else 's'}")
         for problem in problems:
@@ -329,10 +333,16 @@ def graph(recipe: str, fmt: str) -> None:
 
 
 @main.command()
-def recipes() -> None:
+@click.option("--json", "as_json", is_flag=True, help='Print [{"name": ..., "description": ...}, ...].')
+@machine_readable
+def recipes(as_json: bool) -> None:
     """List the built-in recipes."""
-    for name in builtin_recipes():
-        click.echo(f"{name}: {load_recipe(name, validate=False).description}")
+    found = [(name, load_recipe(name, validate=False).description) for name in builtin_recipes()]
+    if as_json:
+        echo_json(_dumps([{"name": name, "description": text} for name, text in found]))
+        return
+    for name, text in found:
+        click.echo(f"{name}: {text}")
 
 
 # --------------------------------------------------------------------------
@@ -394,7 +404,8 @@ def parse_sweeps(ctx: click.Context | None, param: click.Parameter | None,
 @click.option("--holdout", type=click.Choice(["tune", "test"]), default=None,
               help="Evaluate only a fixed seeded half of the judged queries: 'tune' to choose settings on, "
                    "'test' to report on (for collections without training qrels).")
-@click.option("--holdout-seed", type=int, default=0, show_default=True, help="Seed of the --holdout split.")
+@click.option("--holdout-seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of the --holdout split (a non-negative integer).")
 @click.option("--baseline", default=None, type=PATH_TEXT, metavar="RECIPE",
               help="Compare every system with this one (a label or another recipe): paired tests, Holm-corrected.")
 @click.option("--runs", "runs_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -405,6 +416,7 @@ def parse_sweeps(ctx: click.Context | None, param: click.Parameter | None,
 @click.option("--json", "as_json", is_flag=True,
               help="Print only JSON: dataset, split, queries, depth, {system: {metric: value}} and parameters.")
 @ray_option
+@machine_readable
 def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: str, settings: dict[str, Any],
                  sweeps: dict[str, list[Any]], embedder: str | None, analyzer: str | None, title_mode: str,
                  depth: int, batch_size: int, holdout: str | None, holdout_seed: int, baseline: str | None,
@@ -423,7 +435,7 @@ def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: st
         result = evaluate(list(recipes), collection, metrics=metrics, params=settings, sweep=sweeps or None,
                           embedder=spec, analyzer=analyzer,
                           title_mode=title_mode, batch_size=batch_size, depth=depth, queries=queries, progress=show,
-                          use_cache=cache, baseline=baseline, ray=ray,
+                          use_cache=cache, baseline=baseline, ray=ray, keep_runs=runs_dir is not None,
                           plugins=click.get_current_context().meta.get(PLUGINS_META, ()))
     except ParameterError as error:  # a --set or --sweep value, written as on the command line
         raise UserError(error.message(lambda name, value: _set_label(name, value)[len("--set "):])) from None
@@ -436,7 +448,7 @@ def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: st
             raise UserError(f"cannot write the runs: {explain_os_error(error)}") from None
         click.echo(f"{len(written)} run file{'' if len(written) == 1 else 's'} written to {runs_dir}", err=True)
     if as_json:
-        click.echo(json.dumps(result.summary(), indent=2))
+        echo_json(json.dumps(result.summary(), indent=2))
         return
     source = result.corpus
     where = "" if source is None or source.path is None else f"; corpus {source.status}: {source.path}"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from irflow.cli.output import echo_json, machine_readable
 from irflow.engine.trace import Trace, diff as diff_stages, jsonable
 from irflow.util.jsontext import outline
 from irflow.util.unicode import escape_surrogates
@@ -27,7 +28,7 @@ def _echo_json(data: object) -> None:
     # the outer levels (stages, candidates) one item a line, each candidate's fields compact: what a trace
     # file holds comes back at a few times its size however it nests (indent=2 on every level would not);
     # a lone surrogate (a corpus named by a non-UTF-8 folder) as its JSON escape, which UTF-8 can print
-    click.echo(escape_surrogates(outline(jsonable(data), levels=4)))
+    echo_json(escape_surrogates(outline(jsonable(data), levels=4)))
 
 
 @click.group()
@@ -41,6 +42,7 @@ def trace() -> None:
 @click.option("--query", "query", type=int, default=0, show_default=True, help="Query index in the run.")
 @click.option("--limit", type=click.IntRange(min=1), default=10, show_default=True, help="Candidates per stage.")
 @click.option("--json", "as_json", is_flag=True, help="Print the trace lines for this query (and stage) as JSON.")
+@machine_readable
 def show(file: Path, stage: str | None, query: int, limit: int, as_json: bool) -> None:
     """Print the stages of a trace: summary table and top candidates."""
     loaded = Trace.load(file)
@@ -62,6 +64,7 @@ def show(file: Path, stage: str | None, query: int, limit: int, as_json: bool) -
 @click.option("--query", "query", type=int, default=0, show_default=True, help="Query index in the run.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Rows per section.")
 @click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON.")
+@machine_readable
 def diff(files: tuple[Path, ...], stages: tuple[str, str] | None, stage: str | None, query: int,
          limit: int | None, as_json: bool) -> None:
     """What entered, left and moved: two stages of FILE, or one stage of two FILEs."""
@@ -92,6 +95,7 @@ def diff(files: tuple[Path, ...], stages: tuple[str, str] | None, stage: str | N
 @click.argument("record")
 @click.option("--query", "query", type=int, default=0, show_default=True, help="Query index in the run.")
 @click.option("--json", "as_json", is_flag=True, help="Print the explanation as JSON.")
+@machine_readable
 def explain(file: Path, record: str, query: int, as_json: bool) -> None:
     """Why RECORD (a record id or artifact id) ranks where it does, stage by stage."""
     explanation = Trace.load(file).explain(record, query=query)

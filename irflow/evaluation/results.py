@@ -21,7 +21,7 @@ import attrs
 from irflow.engine.executor import StageCache
 from irflow.evaluation.cache import CorpusSource
 from irflow.evaluation.trec import write_trec_run
-from irflow.evaluation.metrics import EvaluationError, parse_metrics
+from irflow.evaluation.metrics import EvaluationError, Run, parse_metrics
 from irflow.evaluation.significance import CORRECTIONS, DEFAULT_PERMUTATIONS, Comparison, compare_many
 from irflow.util.corpusmarks import refuse_inside_corpus
 from irflow.util.fileio import write_atomic
@@ -40,8 +40,11 @@ class SystemResult:
     defaults (the evaluation's depth, ``params`` and the sweep setting);
     ``means`` maps metric -> mean over the evaluated queries; ``per_query``
     maps metric -> query id -> value; ``run`` maps query id -> document id
-    -> score; ``seconds`` is the wall time of its recipe runs (a sweep's first
-    setting pays for the stages the later ones reuse).
+    -> score (a read-only mapping held as columns, see
+    :class:`irflow.evaluation.runs.ColumnarRun`; ``dict(run)`` is a plain
+    dict), or is None when the evaluation did not keep the runs
+    (``keep_runs=False``); ``seconds`` is the wall time of its recipe runs
+    (a sweep's first setting pays for the stages the later ones reuse).
     """
 
     label: str
@@ -49,7 +52,7 @@ class SystemResult:
     params: dict[str, Any]
     means: dict[str, float]
     per_query: dict[str, dict[str, float]]
-    run: dict[str, dict[str, float]] = attrs.field(repr=False)
+    run: Run | None = attrs.field(repr=False)
     seconds: float = 0.0
 
 
@@ -174,9 +177,15 @@ class Evaluation:
         return len(self.qrels)
 
     @property
-    def runs(self) -> dict[str, dict[str, dict[str, float]]]:
-        """``{label: run}``."""
-        return {s.label: s.run for s in self.systems}
+    def runs(self) -> dict[str, Run]:
+        """``{label: run}``; an EvaluationError when the runs were not kept (``keep_runs=False``)."""
+        return {s.label: self._run_of(s) for s in self.systems}
+
+    def _run_of(self, system: SystemResult) -> Run:
+        if system.run is None:
+            raise EvaluationError("the runs of this evaluation were not kept, only its per-query figures: evaluate "
+                                  "with keep_runs=True (irflow eval --runs DIR) to write or read them")
+        return system.run
 
     def to_dict(self) -> dict[str, dict[str, float]]:
         """``{label: {metric: mean}}``."""
@@ -283,6 +292,7 @@ class Evaluation:
         A folder that is or lies inside an irflow corpus is refused
         (:class:`~irflow.errors.OutputError`) before anything is written.
         """
+        runs = self.runs  # before anything is written: an error if the runs were not kept
         root = Path(directory)
         refuse_inside_corpus(root, "run folder")  # before the folder is made: nothing inside a corpus changes
         root.mkdir(parents=True, exist_ok=True)
@@ -296,7 +306,7 @@ class Evaluation:
                 candidate = f"{stem}-{n}"
             used.add(candidate)
             path = root / f"{candidate}.run"
-            write_trec_run(path, system.run, tag=tag or candidate)
+            write_trec_run(path, runs[system.label], tag=tag or candidate)
             written[system.label] = path
         manifest = {**self.summary(), "files": {label: path.name for label, path in written.items()}}
         _write_json(root / "runs.json", manifest, "runs manifest")
