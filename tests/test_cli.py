@@ -241,18 +241,21 @@ def test_json_output_is_alone_on_stdout_whatever_libraries_print(workdir, tmp_pa
     (data / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "sql parser"}) + "\n")
     (data / "qrels" / "test.tsv").write_text("q1\td4\t1\n")
     noisy = ["--set", "mode=lexical", "--set", "formulate=noisy_formulate"]
-    for args in (["eval", "search", "--dataset", data, "--embedder", "none", "--no-cache", *noisy],
-                 ["run", "search", "--corpus", workdir / "corpus", "-q", "sql parser", *noisy],
-                 ["validate", "lexical"]):
-        plugin = tmp_path / f"noisy_{args[0]}.py"  # a module of its own per command: its import prints again
-        plugin.write_text(NOISY)
-        result = ok(*args, "--plugin", plugin, "--json")
-        assert isinstance(json.loads(result.stdout), dict), result.stdout  # the JSON alone
-        assert "noisy: imported" in result.stderr  # what the plugin printed went to stderr
-        if args[0] != "validate":
-            assert "noisy: formulating 'sql parser'" in result.stderr
-            # without --json nothing moves: the readable output and the library's lines share stdout
-            assert "noisy: formulating 'sql parser'" in ok(*args, "--plugin", plugin).stdout
+    try:
+        for args in (["eval", "search", "--dataset", data, "--embedder", "none", "--no-cache", *noisy],
+                     ["run", "search", "--corpus", workdir / "corpus", "-q", "sql parser", *noisy],
+                     ["validate", "lexical"]):
+            plugin = tmp_path / f"noisy_{args[0]}.py"  # a module of its own per command: its import prints again
+            plugin.write_text(NOISY)
+            result = ok(*args, "--plugin", plugin, "--json")
+            assert isinstance(json.loads(result.stdout), dict), result.stdout  # the JSON alone
+            assert "noisy: imported" in result.stderr  # what the plugin printed went to stderr
+            if args[0] != "validate":
+                assert "noisy: formulating 'sql parser'" in result.stderr
+                # without --json nothing moves: the readable output and the library's lines share stdout
+                assert "noisy: formulating 'sql parser'" in ok(*args, "--plugin", plugin).stdout
+    finally:  # the plugins registered an entry in this process: later tests (Ray actors get the registry) must not see it
+        irflow.registry.unregister("noisy_formulate")
     assert json.loads(ok("recipes", "--json").stdout)[0] == {"name": "dense", "description": ok(
         "recipes").stdout.splitlines()[0].partition(": ")[2]}
 

@@ -9,6 +9,7 @@ the same answers must come back across process boundaries.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -299,6 +300,20 @@ def test_eval_on_ray_gives_the_same_figures(cluster, tmp_path):
     plain = irflow.evaluate(["lexical", "dense"], data, embedder="hash", batch_size=3)
     on_ray = irflow.evaluate(["lexical", "dense"], data, embedder="hash", batch_size=3, ray="auto")
     assert [s.run for s in plain.systems] == [s.run for s in on_ray.systems]
+    assert plain.to_dict() == on_ray.to_dict()
+
+
+def test_a_registry_entry_the_actors_cannot_load_does_not_stop_the_pool(cluster, tmp_path, monkeypatch):
+    """An entry whose module only the driver can import (a plugin from a folder the actors do not see) is left out there."""
+    home = tmp_path / "only_here"
+    home.mkdir()
+    (home / "only_here_mod.py").write_text("def lonely(query):\n    return [query]\n")
+    monkeypatch.syspath_prepend(str(home))
+    module = importlib.import_module("only_here_mod")
+    data = _collection(tmp_path / "mini")
+    plain = irflow.evaluate(["lexical"], data, embedder="hash", batch_size=3)
+    with irflow.registry.registered("only_here_lonely", module.lonely):
+        on_ray = irflow.evaluate(["lexical"], data, embedder="hash", batch_size=3, ray="auto")
     assert plain.to_dict() == on_ray.to_dict()
 
 

@@ -56,12 +56,22 @@ def _import_plugin(name: str, cwd: str) -> None:
 class _EvalServer:
     """One actor of the pool: the corpus opened once, the systems run on each batch sent and measured here."""
 
-    def __init__(self, corpus_path: str, embedder: Any, plans: Sequence[Any], entries: dict[str, Any],
+    def __init__(self, corpus_path: str, embedder: Any, plans: Sequence[Any], entries: dict[str, bytes],
                  plugins: Sequence[str], cwd: str, cache_size: int | None, metrics: Sequence[Metric],
                  keep_runs: bool) -> None:
+        import ray  # an optional heavy dependency: imported lazily, and always there in an actor
+
         for plugin in plugins:
             _import_plugin(plugin, cwd)
-        for name, obj in entries.items():
+        # each entry alone: one the actor cannot load (its module exists only where the driver imported it)
+        # is left out, and only a recipe naming it fails (naming it), not the whole pool
+        for name, payload in entries.items():
+            try:
+                obj = ray.cloudpickle.loads(payload)
+            except Exception as exc:  # whatever unpickling an arbitrary object raises
+                log.warning("irflow.engine.registry entry %r cannot be loaded in a Ray actor (%s); recipes naming "
+                            "it fail there", name, exc)
+                continue
             registry.register(name, obj, replace=True)
         self.corpus = open_corpus(corpus_path, embedder=embedder)
         self.plans = plans
@@ -75,12 +85,13 @@ class _EvalServer:
         return run_batch(self.plans, self.corpus, texts, qids, judgements, self.scorer, self.cache, self.keep_runs)
 
 
-def _registry_entries(serializable: Callable[[Any], bool]) -> dict[str, Any]:
+def _registry_entries(serialize: Callable[[Any], bytes | None]) -> dict[str, bytes]:
+    """The registry's entries, each serialized alone (None from ``serialize``: it cannot be sent)."""
     entries = {}
     for name in registry.names():
-        obj = registry.lookup(name)
-        if serializable(obj):
-            entries[name] = obj
+        payload = serialize(registry.lookup(name))
+        if payload is not None:
+            entries[name] = payload
         else:
             log.info("irflow.engine.registry entry %r cannot be sent to Ray actors; recipes naming it fail there", name)
     return entries
@@ -104,15 +115,15 @@ def evaluate_batches_on_ray(address: str, source: CorpusSource, embedder: Any, p
                               "cache on (drop --no-cache / use_cache=False) and a named embedder")
     ray = connect(address)  # Ray is an extra, imported only now
 
-    def serializable(obj: Any) -> bool:
+    def serialize(obj: Any) -> bytes | None:
         try:
-            ray.cloudpickle.dumps(obj)
+            payload: bytes = ray.cloudpickle.dumps(obj)
         except Exception:  # anything Ray's serializer refuses
-            return False
-        return True
+            return None
+        return payload
 
     spec = embedder if isinstance(embedder, str) or embedder is None else getattr(embedder, "spec", None)
-    init = (str(source.path), spec, list(plans), _registry_entries(serializable), list(plugins), os.getcwd(),
+    init = (str(source.path), spec, list(plans), _registry_entries(serialize), list(plugins), os.getcwd(),
             cache_size, tuple(metrics), keep_runs)
     done = None if on_batch is None else (lambda i, _: on_batch(len(batches[i][1])))
     return map_on_actors(_EvalServer, init, "run", batches, address=address, on_done=done)
