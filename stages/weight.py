@@ -4,8 +4,8 @@ The seed's ``surface_weights`` (``{"deps": 2.0}`` lets a high-precision
 ``deps`` surface outrank prose chunks): each candidate's first-stage score —
 the fused score in hybrid mode — is multiplied by its kind's weight (1.0 for
 kinds not listed; kinds the corpus lacks are ignored).  The whole input (in
-hybrid, the fused union) is re-sorted by score, equal scores by corpus row
-(lowest first, README "Ties"), and then cut to ``fetch_k`` per query, before
+hybrid, the fused union) is re-sorted by score, *stably* (equal scores keep
+their input order, README "Ties"), and then cut to ``fetch_k`` per query, before
 the reranker and the collapse.  Without weights the stage only makes that
 cut, in the input's order.
 
@@ -48,7 +48,7 @@ def _weights(instance: Any, attribute: Any, value: Any) -> None:
 @register_stage
 @attrs.frozen
 class Weight(Stage):
-    """Multiply scores by a weight per surface kind, re-sort (ties by row), keep the first ``fetch_k``."""
+    """Multiply scores by a weight per surface kind, re-sort stably, keep the first ``fetch_k``."""
 
     kind = "weight"
     inputs = (Port("candidates", CANDIDATES, "ranked candidates with first-stage (or fused) scores"),)
