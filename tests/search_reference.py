@@ -8,6 +8,12 @@ formulation as recursive sub-searches.  It shares nothing with the engine but
 the corpus's stored data (records, vectors, the analyzer, the query embedder)
 and the filter oracle ``filter_reference.matches``.
 
+One departure from the seed, on purpose: a per-artifact search over one
+channel (mode dense or lexical) without a ``fetch_k`` fetches deeper —
+the depth doubled — until its candidates hold ``k`` artifacts or every
+match, instead of returning fewer than ``k`` hits while more artifacts
+match (the seed stops at ``max(k * 5, 50)`` surfaces).
+
 Ties follow the seed: a first ranking (the dense and lexical channels)
 orders equal scores by corpus row, lowest first; every later re-sort is
 Python's stable ``sorted`` (equal scores keep the order they came in), the
@@ -199,13 +205,20 @@ def _ranked(corpus: Any, query: str, *, k: int, filter: Any, surfaces: Any, per_
     else:
         fetch = k
     rows = candidate_rows(corpus, filter, surfaces)
-    dense = dense_channel(corpus, query, rows, fetch) if mode in ("dense", "hybrid") else []
-    lexical = lexical_channel(corpus, query, rows, fetch, bm25) if mode in ("lexical", "hybrid") else []
-    if mode == "dense":
-        ranked = dense
-    elif mode == "lexical":
-        ranked = lexical
+    if mode != "hybrid":
+        def channel(depth: int) -> list[tuple[int, float]]:
+            return dense_channel(corpus, query, rows, depth) if mode == "dense" else \
+                lexical_channel(corpus, query, rows, depth, bm25)
+
+        ranked = channel(fetch)
+        # one channel, fetch_k not given, per artifact: deeper (doubled) until k artifacts or every match
+        while fetch_k is None and per_artifact and len(ranked) == fetch and \
+                len({corpus.record(row).artifact_id for row, _ in ranked}) < k:
+            fetch *= 2
+            ranked = channel(fetch)
     else:
+        dense = dense_channel(corpus, query, rows, fetch)
+        lexical = lexical_channel(corpus, query, rows, fetch, bm25)
         ranked = fuse(dense, lexical, fusion, rrf_k, alpha, bm25_sat_k)
     if surface_weights:
         ranked = _stable([(row, score * surface_weights.get(corpus.record(row).surface_kind, 1.0))

@@ -81,6 +81,7 @@ class TraceRecorder(list[StageEvent]):
         self.queries = queries
         self.params = dict(params or {})
         self.corpus = corpus
+        self.short: tuple[Any, ...] = ()  # the run's Shortfalls, set when it ends
 
     def event(self, name: str) -> StageEvent:
         """The event of stage ``name``."""
