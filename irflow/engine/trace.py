@@ -90,6 +90,9 @@ class Trace(TraceRecorder):
     A loaded trace has ``recipe`` and ``corpus`` None (``recipe_name`` and
     ``corpus_name`` say what they were); its events hold real Candidates
     rebuilt from the file, masks and hit lists as :class:`Summary`.
+    ``short`` holds the run's :class:`~irflow.engine.shortfall.Shortfall`
+    notes (queries that got fewer than ``k`` hits while more match), which
+    :meth:`table` prints under the heading of their query.
     """
 
     def __init__(self, recipe: Any = None, queries: QueryBatch | None = None, params: Mapping[str, Any] | None = None,
