@@ -8,7 +8,7 @@
   global statistics (``partial_stats`` -> ``combine_stats``), merges to the
   whole corpus's scores and order, bit for bit.
 - Evaluation: a metric's value does not depend on the other metrics asked for.
-- Ties: equal scores go by corpus row.
+- Ties: a kernel (a first ranking) orders equal scores by corpus row.
 """
 
 from __future__ import annotations

@@ -271,11 +271,15 @@ def run(recipe: str, corpus_path: str, queries: tuple[str, ...], settings: dict[
         click.echo(f"trace written to {trace_path} ({len(result.trace)} stages, {len(queries)} "
                    f"quer{'y' if len(queries) == 1 else 'ies'})", err=True)
     explanations = [[result.explain(hit, query=q) for hit in hits[:explain_n]] for q, hits in enumerate(per_query)]
+    short = {note.query_index: note for note in result.short}
+    for note in result.short:  # fewer than k hits while more match: said, on stderr, one line each
+        click.echo(f"note: {note.message()}", err=True)
     if as_json:
         data = {"recipe": the_recipe.name, "corpus": corpus.name, "params": result.params,
                 "trace": None if trace_path is None else str(trace_path),
                 "queries": [{"query": text, "query_index": q,
                              "hits": [{"rank": i, **h.to_dict()} for i, h in enumerate(per_query[q], start=1)],
+                             "short": short[q].to_dict() if q in short else None,
                              **({"explanations": [e.to_dict() for e in explanations[q]]} if explain_n else {})}
                             for q, text in enumerate(queries)]}
         echo_json(_dumps(data))

@@ -71,7 +71,8 @@ class TraceRecorder(list[StageEvent]):
     Carries the run's context as attributes: ``recipe`` (the Recipe),
     ``queries`` (the raw QueryBatch), ``params`` (the resolved recipe
     parameters) and ``corpus``, so a trace module can render record ids and
-    artifacts without re-running anything.
+    artifacts without re-running anything; and ``short``, the run's
+    shortfalls (:mod:`irflow.engine.shortfall`), set when the run ends.
     """
 
     def __init__(self, recipe: RecipeSpec | None = None, queries: QueryBatch | None = None,
@@ -81,6 +82,7 @@ class TraceRecorder(list[StageEvent]):
         self.queries = queries
         self.params = dict(params or {})
         self.corpus = corpus
+        self.short: tuple[Any, ...] = ()  # the run's Shortfalls, set when it ends
 
     def event(self, name: str) -> StageEvent:
         """The event of stage ``name``."""

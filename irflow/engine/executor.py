@@ -41,6 +41,7 @@ from irflow.engine.pipeline import Pipeline
 from irflow.engine.plan import OFF, THROUGH, Step, plan_run, when_holds
 from irflow.engine.ports import CANDIDATES, HITS, MASK, QUERIES, QUERY, PortType
 from irflow.engine.result import Result
+from irflow.engine.shortfall import Shortfall, find_shortfalls
 from irflow.engine.stage import Stage, StageContext
 from irflow.errors import ArgumentError, ParameterError, RecipeError, StageError
 from irflow.store.protocol import CorpusProtocol
@@ -227,8 +228,11 @@ def run_recipe(recipe: RecipeSpec, corpus: CorpusProtocol, query_or_queries: Any
                 run.inject(name)
             else:
                 run.execute(name)
+    short = run.shortfalls()
+    if run.recorder is not None:
+        run.recorder.short = short
     return Result(recipe=recipe, corpus=corpus, queries=run.batch, single=run.single, params=run.values,
-                  outputs=run.outputs, trace=run.recorder, output_name=run.target)
+                  outputs=run.outputs, trace=run.recorder, output_name=run.target, short=short)
 
 
 @attrs.define(eq=False)
@@ -317,6 +321,23 @@ class _Run:
                           for port, variadic, sources in step.ports}
                 outputs[name] = _run_stage(self.stages[name], StageContext(self.corpus, name, self.batch), kwargs,
                                            name, self.corpus)
+
+    def shortfalls(self) -> tuple[Shortfall, ...]:
+        """The queries that got fewer results than the output stage promises while more may match."""
+        stage = self.stages.get(self.target)
+        promise = stage.promised() if stage is not None else None
+        return find_shortfalls(self.corpus, self.batch, self.outputs.get(self.target), promise, self._first_stages)
+
+    def _first_stages(self) -> list[tuple[str, Stage, Candidates, dict[str, Any]]]:
+        """The first stages that ran (a fetch depth, an active output), with the inputs they got."""
+        found = []
+        for name in self.needed:
+            stage, out = self.stages.get(name), self.outputs.get(name)
+            if stage is None or not isinstance(out, Candidates) or not out.active \
+                    or stage.fetch_depths(out.queries) is None:
+                continue
+            found.append((name, stage, out, self._inputs(name)[0]))
+        return found
 
     def inject(self, name: str) -> None:
         """Take stage ``name``'s output from the caller's overrides."""

@@ -51,8 +51,14 @@ Rules worth knowing:
   (:data:`DERIVED_RULES`; no expressions, no code): ``over_fetch`` gives
   ``NAME`` if it is set (else its ``given`` argument, if set), else
   ``max(k * factor, minimum)`` when any value of ``if_any`` is truthy, else
-  ``k``.  Arguments may be ``"$param"``, also inside the ``if_any`` list;
-  they read the parameters as given, never another derived value.
+  ``k``; ``deepen`` gives ``NAME`` if it is set, else ``k`` when its
+  ``given`` argument is None and every value of ``if_all`` is truthy, else
+  None (the ``deepen_to`` of a channel: fetch deeper until ``k`` artifacts).
+  Arguments may be ``"$param"``, also inside the ``if_any`` / ``if_all``
+  lists; they read the parameters as given, never another derived value.
+  Every rule also takes ``when = { param = [values] }``, a stage's
+  condition: when it does not hold the rule is left out and ``NAME`` is
+  None (unless the caller set it).
 - Strings never become code, except through the application's
   :mod:`irflow.registry`.  YAML is read with ``yaml.safe_load`` only.
 """

@@ -7,13 +7,15 @@ flowed through the DAG (a :class:`~irflow.engine.batches.Candidates`, a mask, a
 query batch), so intermediate rankings can be inspected or injected into
 another run (``overrides=``).  ``result.trace`` is an :class:`irflow.engine.trace.Trace`
 when the run was traced (None otherwise) and ``result.explain(hit)`` says
-why a hit ranks where it does.
+why a hit ranks where it does.  ``result.short`` lists the queries that got
+fewer than ``k`` hits while more may match, and the ``fetch_k`` that gives
+``k`` when it can be computed (:mod:`irflow.engine.shortfall`).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -22,6 +24,7 @@ import numpy as np
 from irflow.engine.batches import Candidates, QueryBatch
 from irflow.engine.explain import Explanation, explain_result
 from irflow.engine.model import QUERY_NODE, RecipeSpec
+from irflow.engine.shortfall import Shortfall
 from irflow.engine.trace import Trace
 from irflow.errors import IrflowError
 from irflow.store.protocol import CorpusProtocol
@@ -34,6 +37,10 @@ def _as_trace(value: Any) -> Trace | None:
     if value is None:
         return None
     return value if isinstance(value, Trace) else Trace.from_recorder(value)
+
+
+def _notes(value: Iterable[Shortfall]) -> tuple[Shortfall, ...]:
+    return tuple(value)
 
 
 @attrs.frozen(slots=False, eq=False)  # slots=False: the hits are computed once, on first access
@@ -52,6 +59,9 @@ class Result:
     outputs: Mapping[str, Any]
     trace: Trace | None = attrs.field(default=None, converter=_as_trace)  # None unless run with trace=True
     output_name: str = ""  # the stage whose output is the result ("" = the recipe's output)
+    #: the queries that got fewer than the output stage's ``k`` hits while more may match, each with the
+    #: fetch_k that gives k when it can be computed (:class:`~irflow.engine.shortfall.Shortfall`)
+    short: tuple[Shortfall, ...] = attrs.field(default=(), converter=_notes)
 
     def __attrs_post_init__(self) -> None:
         if not self.output_name:

@@ -90,6 +90,9 @@ class Trace(TraceRecorder):
     A loaded trace has ``recipe`` and ``corpus`` None (``recipe_name`` and
     ``corpus_name`` say what they were); its events hold real Candidates
     rebuilt from the file, masks and hit lists as :class:`Summary`.
+    ``short`` holds the run's :class:`~irflow.engine.shortfall.Shortfall`
+    notes (queries that got fewer than ``k`` hits while more match), which
+    :meth:`table` prints under the heading of their query.
     """
 
     def __init__(self, recipe: Any = None, queries: QueryBatch | None = None, params: Mapping[str, Any] | None = None,
@@ -110,6 +113,7 @@ class Trace(TraceRecorder):
         """Wrap the events a run recorded (shares them: nothing is copied or rendered yet)."""
         trace = cls(recorder.recipe, recorder.queries, recorder.params, recorder.corpus)
         trace.extend(recorder)
+        trace.short = recorder.short
         return trace
 
     # -- lookups ---------------------------------------------------------------
@@ -185,7 +189,8 @@ class Trace(TraceRecorder):
                 "params": jsonable(self.params),
                 "queries": list(self.queries.originals) if self.queries is not None else [],
                 "corpus": self.corpus_name, "n_rows": self.n_rows,
-                "irflow_version": _irflow_version(), "stages": list(self.stages)}
+                "irflow_version": _irflow_version(), "stages": list(self.stages),
+                "short": [note.to_dict() for note in self.short]}
 
     def _line(self, event: StageEvent, query: int) -> dict[str, Any]:
         output = render(event.output, query, self._ident)
@@ -244,6 +249,7 @@ class Trace(TraceRecorder):
         trace = cls(None, QueryBatch(parsed.originals), parsed.header.get("params") or {}, None, rows=parsed.rows,
                     header=parsed.header, source=source)
         trace.extend(parsed.events)
+        trace.short = parsed.short
         return trace
 
     # -- rendering ---------------------------------------------------------------
@@ -256,6 +262,9 @@ class Trace(TraceRecorder):
         query = self.check_query(query)
         head = (f"trace of recipe {self.recipe_name!r} on corpus {self.corpus_name!r} — query {query}: "
                 f"{self.queries.originals[query] if self.queries is not None else ''!r}")
+        notes = [f"note: {note.message()}" for note in self.short if note.query_index == query]
+        if notes:
+            head = "\n".join([head, *notes])
         if stage is not None:
             return head + "\n\n" + self.stage(stage).table(query, limit)
         parts = [head, "", self.summary_table(query)]

@@ -13,7 +13,12 @@ JSON Lines schema (``Trace.dump``; ``format_version`` 1).  Line 1 is the header:
      "recipe": "hybrid", "recipe_source": "recipes/hybrid.toml", "recipe_dict": {...},
      "params": {...resolved recipe parameters...}, "queries": ["q0", "q1"],
      "corpus": "name" | null, "n_rows": 40 | null, "irflow_version": "0.1.0",
-     "stages": ["candidates", "dense", ...]}
+     "stages": ["candidates", "dense", ...],
+     "short": [{"query_index": 0, "query": "q0", "got": 4, "k": 5, "per_artifact": true,
+                "fetch_k": 50, "needed": 73, "gives": 5, "reason": "depth", "message": "..."}]}
+
+(``short``: the queries that got fewer than ``k`` hits while more may match,
+:class:`~irflow.engine.shortfall.Shortfall`; absent in older files.)
 
 then one line per (stage, original query), stages in execution order::
 
@@ -52,9 +57,10 @@ from irflow.engine.batches import Candidates, QueryBatch
 from irflow.engine.events import INACTIVE, StageEvent
 from irflow.engine.tracecheck import MAX_STRING_ITEMSIZE, check_header, check_identity, check_same_as_first, \
     check_stage_line, column_dtype
+from irflow.engine.shortfall import Shortfall
 from irflow.engine.values import Summary, json_float, jsonable
 from irflow.errors import TraceError, TraceFileNotFound
-from irflow.util.fileio import MAX_NESTING, decode_utf8, open_regular, read_lines, too_many_digits
+from irflow.util.fileio import MAX_NESTING, decode_utf8, open_regular, read_lines, shown, too_many_digits
 from irflow.util.unicode import json_text
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "MAX_TRACE_BYTES", "MAX_STRING_ITEMSIZE", "MAX_COLUMN_BYTES", "render",
@@ -240,6 +246,7 @@ class ParsedTrace:
     originals: tuple[str, ...]
     rows: dict[int, tuple[str, str, str]]
     events: list[StageEvent]
+    short: tuple[Shortfall, ...] = ()
 
 
 def parse_trace_records(records: Iterable[Mapping[str, Any]], *, source: str = "<records>",
@@ -263,6 +270,7 @@ def parse_trace_records(records: Iterable[Mapping[str, Any]], *, source: str = "
                          f"{FORMAT_VERSION} (re-run with --trace to write a new one)")
     check_header(header, f"{source}:{numbers[0]}")
     originals = tuple(header.get("queries") or ())
+    short = _shortfalls(header.get("short"), len(originals), f"{source}:{numbers[0]}")
     by_stage: dict[str, list[tuple[int, Mapping[str, Any]]]] = {}
     rows: dict[int, tuple[str, str, str]] = {}
     events: list[StageEvent] = []
@@ -293,7 +301,29 @@ def parse_trace_records(records: Iterable[Mapping[str, Any]], *, source: str = "
     except (KeyError, TypeError, ValueError, IndexError, OverflowError) as error:
         raise TraceError(f"{where}: a stage line is malformed ({type(error).__name__}: {error}); "
                          "the file was not written by Trace.dump, or was edited") from None
-    return ParsedTrace(header, originals, rows, events)
+    return ParsedTrace(header, originals, rows, events, short)
+
+
+def _shortfalls(entries: Any, n_queries: int, where: str) -> tuple[Shortfall, ...]:
+    """The header's ``short`` entries (absent: none), each checked; TraceError naming a bad one."""
+    if entries is None:
+        return ()
+    if not isinstance(entries, list) or len(entries) > n_queries:
+        raise TraceError(f"{where}: the header is malformed: field 'short' is {shown(entries)}, expected a list "
+                         f"of at most one entry per query ({n_queries})")
+    out = []
+    for i, entry in enumerate(entries):
+        try:
+            if not isinstance(entry, Mapping):
+                raise TypeError(f"expected an object, got {shown(entry)}")
+            note = Shortfall.from_dict(entry)
+            if note.query_index >= n_queries:
+                raise ValueError(f"query_index {note.query_index} is not one of the {n_queries} queries")
+        except (TypeError, ValueError) as error:
+            raise TraceError(f"{where}: the header is malformed: short[{i}]: {error}; the file was not written "
+                             "by Trace.dump, or was edited") from None
+        out.append(note)
+    return tuple(out)
 
 
 def event_from_lines(name: str, lines: Sequence[Mapping[str, Any]], originals: tuple[str, ...]) -> StageEvent:
