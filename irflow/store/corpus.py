@@ -25,6 +25,7 @@ import numpy as np
 from irflow.errors import CorpusError, EmbedderError
 from irflow.kernels import bm25 as _bm25
 from irflow.kernels import dense as _dense
+from irflow.kernels import dense_kernel as _dense_kernel
 from irflow.kernels.columns import MetadataColumns
 from irflow.kernels.embedders import Embedder, LazyEmbedder, check_dimension, resolve_embedder
 from irflow.kernels.filters import CompiledFilter
@@ -92,6 +93,7 @@ class Corpus:
         self._masks = CandidateMasks(store, self._label(), remember=postings.remember_mask,
                                      forget=self._gathered.discard)
         self._lock = threading.Lock()
+        self._index = _dense_kernel.IndexSlot()  # the vectors' int8 codes, built on first use
 
     # -- row-aligned columns ------------------------------------------------------------
 
@@ -305,7 +307,9 @@ class Corpus:
 
         A query's scores are the same to the bit in any batch, plan, thread
         count or BLAS kernel (see :mod:`irflow.kernels.dense`); the vectors are
-        read-only, so their norm bound is computed once, on the first query.
+        read-only, so their norm bound is computed once, on the first query,
+        and so are their int8 codes where the compiled scan ranks (kept in
+        memory, a quarter of the vectors' bytes: :mod:`irflow.kernels.dense_index`).
         """
         vectors = self._require_vectors()
         queries = np.asarray(query_vectors, dtype=np.float32)
@@ -320,7 +324,8 @@ class Corpus:
                                 f"{len(queries)} vectors); a query vector must be finite — check the embedder "
                                 f"({self._embedder_label()}) or the vectors passed in")
         mask = self._effective_mask(mask)
-        return _dense.dense_topk(vectors, queries, mask, fetch_k, gathered=self._gathered_rows(mask, vectors))
+        return _dense.dense_topk(vectors, queries, mask, fetch_k, gathered=self._gathered_rows(mask, vectors),
+                                 index=self._index.get(vectors))
 
     def _gathered_rows(self, mask: np.ndarray | None, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """A selective filter's rows and their vectors, kept from its first dense query (None: not kept).
