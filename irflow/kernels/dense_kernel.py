@@ -28,7 +28,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from irflow.errors import IrflowError
-from irflow.kernels.dense_index import SLACK, DenseIndex, encode_queries
+from irflow.kernels.dense_index import BLOCK, SLACK, DenseIndex, encode_queries
 from irflow.util.extras import install_hint
 
 __all__ = ["KERNEL_ENV", "KERNELS", "AUTO_MIN_ROWS", "DenseIndex", "kernel_name", "use_kernel",
@@ -125,8 +125,8 @@ def scan_candidates(index: DenseIndex, queries: np.ndarray, mask: np.ndarray | N
         return None
     codes = encode_queries(queries)
     flags = np.zeros(0, np.bool_) if mask is None else mask
-    query, row = module.scan(index.codes, index.scale, index.error, index.norm, codes.codes, codes.scale,
-                             codes.coded_norm, codes.error, codes.norm, flags, int(k), SLACK, module.BLOCK)
+    query, row = module.scan(index.codes, index.scale, index.error, index.norm, index.blocks, codes.codes,
+                             codes.scale, codes.coded_norm, codes.error, codes.norm, flags, int(k), SLACK, BLOCK)
     return query, row
 
 

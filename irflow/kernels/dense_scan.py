@@ -21,10 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["scan", "BLOCK"]
-
-#: Rows per block: 64 rows x 384 int8 = 24 KB, in L1 while every query of a batch reads them.
-BLOCK = 64
+__all__ = ["scan", "encode"]
 
 
 @njit(inline="always")
@@ -71,11 +68,12 @@ def _compact(kq, kr, ku, m, floor):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def scan(codes, scale, error, norm, qcodes, qscale, qcoded, qerror, qnorm, mask, k, slack,
+def scan(codes, scale, error, norm, blocks, qcodes, qscale, qcoded, qerror, qnorm, mask, k, slack,
          block):  # pragma: no cover - compiled
     """(query, row) of every row whose upper bound reaches the query's k-th best lower bound.
 
-    ``codes`` (n, d) int8 with ``scale``, ``error``, ``norm`` per row;
+    ``codes`` (n, d) int8 with ``scale``, ``error``, ``norm`` per row and
+    ``blocks`` per block of ``block`` rows (``DenseIndex.blocks``);
     ``qcodes`` (q, d) int16 with ``qscale``, ``qcoded`` (|c_q b|),
     ``qerror`` (|f|), ``qnorm`` (|q|) per query; ``mask`` (n,) bool, or
     size 0 for every row; ``k`` at most the rows the mask keeps; ``slack``
@@ -105,8 +103,18 @@ def scan(codes, scale, error, norm, qcodes, qscale, qcoded, qerror, qnorm, mask,
                 # the sum fits an int32 (d * 127 * the largest query code < 2**31): saying so lets
                 # LLVM sum int16 products into int32 lanes (vpmaddwd), twice as wide as int64
                 dots[r - lo] = np.int32(s)
-            # then the rows' upper bounds (a loop without branches: vectorized too)
             cq, qc, qw = qscale[j], qcoded[j], qerror[j] + slack * qnorm[j]
+            fl = floor[j]
+            # first a bound of the whole block: its largest dot product at the scale that makes it
+            # largest, plus the largest window; below the floor (most blocks), no row can pass
+            top = dots[0]
+            for r in range(1, hi - lo):
+                top = max(top, dots[r])
+            b = lo // block
+            edge = top * (blocks[b, 0] if top >= 0 else blocks[b, 1]) * cq
+            if edge + (blocks[b, 2] * qc + blocks[b, 3] * qw) < fl:
+                continue
+            # then each row's upper bound (a loop without branches: vectorized too)
             for r in range(lo, hi):
                 ups[r - lo] = dots[r - lo] * (scale[r] * cq) + (error[r] * qc + norm[r] * qw)
             fl = floor[j]
