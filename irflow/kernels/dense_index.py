@@ -189,7 +189,7 @@ class QueryCodes:
 
 
 def encode_queries(queries: np.ndarray) -> QueryCodes:
-    """The codes and bounds of ``queries`` (q, d), finite and nonzero (a zero query has no scale).
+    """The codes and bounds of ``queries`` (q, d), finite.
 
     >>> codes = encode_queries(np.array([[0.6, -0.8]], np.float32))
     >>> codes.codes.tolist(), bool(codes.error[0] < 1e-5)
@@ -198,7 +198,7 @@ def encode_queries(queries: np.ndarray) -> QueryCodes:
     q = np.asarray(queries, dtype=np.float64)
     top = _query_code_max(q.shape[1])
     scale = np.abs(q).max(axis=1) / top
-    b = np.rint(q / scale[:, None])
+    b = np.rint(q / np.where(scale > 0, scale, 1.0)[:, None])  # a zero query: zero codes, scale and error
     np.clip(b, -top, top, out=b)
     coded = b * scale[:, None]
     up = 1 + 4 * q.shape[1] * 2.0 ** -53 + 1e-12
