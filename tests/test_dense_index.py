@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import irflow
 from irflow.errors import IrflowError
+from irflow.kernels import dense as dense_module
 from irflow.kernels import dense_index as dense_index_module
 from irflow.kernels import dense_kernel
 from irflow.kernels.dense import dense_topk
@@ -224,3 +225,19 @@ def test_block_bounds_cover_their_rows() -> None:
         rows = slice(b * block, (b + 1) * block)
         assert index.blocks[b, 0] == index.scale[rows].max() and index.blocks[b, 1] == index.scale[rows].min()
         assert index.blocks[b, 2] == index.error[rows].max() and index.blocks[b, 3] == index.norm[rows].max()
+
+
+def test_large_batches_go_to_blas_and_small_ones_to_the_scan_with_the_same_bits() -> None:
+    rng = np.random.default_rng(4)
+    matrix = make_matrix("duplicates", 2000, 24, rng)
+    queries = rng.standard_normal((60, 24)).astype(np.float32)
+    index = compiled_index(matrix)
+    with dense_kernel.use_kernel("numba"):
+        default = as_tuples(dense_topk(matrix, queries, None, 9, index=index))  # 60 > SCAN_MAX_QUERIES: BLAS
+        saved = dense_module.SCAN_MAX_QUERIES
+        dense_module.SCAN_MAX_QUERIES = 1000
+        try:
+            scanned = as_tuples(dense_topk(matrix, queries, None, 9, index=index))
+        finally:
+            dense_module.SCAN_MAX_QUERIES = saved
+    assert scanned == default == brute_force(matrix, queries, None, 9)
