@@ -214,6 +214,8 @@ def test_a_corpus_builds_its_codes_once_and_answers_as_without_them() -> None:
             assert index is not None and corpus._index.get(corpus.vectors) is index  # built once
     assert got == expected
     assert index.codes.shape == matrix.shape and not index.codes.flags.writeable
+    with dense_kernel.use_kernel("numba"):
+        assert corpus.with_embedder("hash:16")._index.get(corpus.vectors) is index  # shared, not rebuilt
     assert index.nbytes < matrix.nbytes  # a quarter of the vectors, plus a few numbers per row
 
 

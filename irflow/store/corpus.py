@@ -182,11 +182,13 @@ class Corpus:
         For in-memory corpora built from precomputed vectors with
         ``embedder=None``; its dimension is checked on first use.
         """
-        return Corpus(
+        other = Corpus(
             store=self.store, postings=self.postings, analyzer=self.analyzer, vectors=self._vectors,
             embedder=embedder, embedder_info=self._embedder_info, name=self.name, path=self.path,
             vectors_check=self._vectors_check,
         )
+        other._index = self._index  # the same vectors: their int8 codes too, built once for both
+        return other
 
     @property
     def version(self) -> int:
