@@ -85,7 +85,7 @@ def scan(codes, scale, error, norm, blocks, qcodes, qscale, qcoded, qerror, qnor
     heap = np.full((n_queries, k), -np.inf)
     held = np.zeros(n_queries, np.int64)
     floor = np.full(n_queries, -np.inf)
-    cap = max(4096, 8 * k * n_queries)
+    cap = max(4096, min(2 * k * n_queries, 1 << 20))  # grows when it must: a huge k x batch allocates as it fills
     kq = np.empty(cap, np.int64)
     kr = np.empty(cap, np.int64)
     ku = np.empty(cap, np.float64)
