@@ -2,12 +2,16 @@
 
 Reads 1 byte per component instead of 4 (``irflow.kernels.dense_index``
 has the bound and why the filter is exact).  numpy has no int8 matrix
-product, so this loop is compiled: per block of ``BLOCK`` rows (in L1), per
-query, per row, the integer dot product of the codes (LLVM vectorizes it:
-int16 multiply-adds into int32), the row's window, and a running k-th best
-lower bound per query (a min-heap).  A row is kept when its upper bound
-reaches the running bound; the kept rows are filtered by the final one at
-the end (and whenever the list fills, so it stays small).
+product, so this loop is compiled: per block of ``dense_index.BLOCK`` rows
+(in L1), per query, the integer dot products of the codes (LLVM vectorizes
+them: int16 multiply-adds into int32); then one bound for the whole block
+(its largest dot product, scale, error and norm), below the query's floor
+for most blocks, which are then done; else each row's window and a running
+k-th best lower bound per query (a min-heap).  A row is kept when its upper
+bound reaches the running bound; the kept rows are filtered by the final
+one at the end (and whenever the list fills, so it stays small).  ``scan``
+is one loop nest on purpose, as BM25's compiled ``topk``: no call boundary
+in the hot loop.
 
 Integer sums are exact in any order, and every comparison uses bounds that
 hold whatever the order, so the rows kept — a superset of the exact top k,
