@@ -26,6 +26,7 @@ from irflow.kernels.dense_exact import exact_scores
 from irflow.kernels.dense_index import SLACK, DenseIndex, encode_queries
 
 numba = pytest.importorskip("numba")  # the compiled scan; without it BLAS ranks (tests/test_dense.py)
+dense_scan = pytest.importorskip("irflow.kernels.dense_scan")
 
 
 def compiled_index(matrix: np.ndarray) -> DenseIndex:
@@ -86,7 +87,7 @@ def make_matrix(kind: str, n: int, d: int, rng: np.random.Generator) -> np.ndarr
     kind=st.sampled_from(["gaussian", "clustered", "duplicates", "near-ties", "code-steps", "spiky", "integers"]),
     n=st.integers(1, 300),
     d=st.sampled_from([1, 2, 5, 16, 64]),
-    q=st.integers(1, 4),
+    q=st.integers(1, 9),
     k=st.integers(1, 320),
     keep=st.sampled_from([None, 0.0, 0.1, 0.5, 1.0]),
     seed=st.integers(0, 2**32 - 1),
@@ -231,15 +232,50 @@ def test_block_bounds_cover_their_rows() -> None:
 
 def test_large_batches_go_to_blas_and_small_ones_to_the_scan_with_the_same_bits() -> None:
     rng = np.random.default_rng(4)
-    matrix = make_matrix("duplicates", 2000, 24, rng)
-    queries = rng.standard_normal((60, 24)).astype(np.float32)
+    matrix = make_matrix("duplicates", 2000, 32, rng)
+    queries = rng.standard_normal((60, 32)).astype(np.float32)
     index = compiled_index(matrix)
+    answers = []
+    saved = dense_module.SCAN_MAX_QUERIES, dense_module.SCAN_MAX_QUERIES_GROUPED
     with dense_kernel.use_kernel("numba"):
-        default = as_tuples(dense_topk(matrix, queries, None, 9, index=index))  # 60 > SCAN_MAX_QUERIES: BLAS
-        saved = dense_module.SCAN_MAX_QUERIES
-        dense_module.SCAN_MAX_QUERIES = 1000
-        try:
-            scanned = as_tuples(dense_topk(matrix, queries, None, 9, index=index))
-        finally:
-            dense_module.SCAN_MAX_QUERIES = saved
-    assert scanned == default == brute_force(matrix, queries, None, 9)
+        for limit in (0, 1000):  # 60 queries: BLAS, then the scan (in groups of four where it can)
+            dense_module.SCAN_MAX_QUERIES = dense_module.SCAN_MAX_QUERIES_GROUPED = limit
+            try:
+                answers.append(as_tuples(dense_topk(matrix, queries, None, 9, index=index)))
+            finally:
+                dense_module.SCAN_MAX_QUERIES, dense_module.SCAN_MAX_QUERIES_GROUPED = saved
+    assert answers[0] == answers[1] == brute_force(matrix, queries, None, 9)
+
+
+def test_four_queries_at_once_keep_the_candidates_of_one_at_a_time() -> None:
+    """``group`` 4 (``dense_scan.dot4``: vector code on x86 with AVX2) and 1 choose the same rows."""
+    rng = np.random.default_rng(8)
+    for kind in ("gaussian", "code-steps", "duplicates"):
+        matrix = make_matrix(kind, 3000, 48, rng)
+        queries = np.concatenate([rng.standard_normal((9, 48)), matrix[:2]]).astype(np.float32)
+        index = compiled_index(matrix)
+        mask = rng.random(3000) < 0.7
+        with dense_kernel.use_kernel("numba"):
+            for m in (None, mask):
+                one = dense_kernel.scan_candidates(index, queries, m, 7, group=1)
+                four = dense_kernel.scan_candidates(index, queries, m, 7, group=4)
+                assert one is not None and four is not None
+                assert sorted(zip(*(x.tolist() for x in one))) == sorted(zip(*(x.tolist() for x in four)))
+
+
+def test_dot4_gives_the_exact_integers_at_the_extremes() -> None:
+    """The largest codes (127 x 32767 in every component, d = 384): no lane overflows."""
+    @numba.njit
+    def four(codes: np.ndarray, qcodes: np.ndarray, r: int) -> tuple:
+        return dense_scan.dot4(codes, r, qcodes, 0, codes.shape[1]), \
+            dense_scan.dot4_loops(codes, r, qcodes, 0, codes.shape[1])
+
+    rng = np.random.default_rng(9)
+    codes = np.vstack([np.full(384, 127), np.full(384, -127), rng.integers(-127, 128, 384)]).astype(np.int8)
+    qcodes = np.vstack([np.full(384, 32767), np.full(384, -32767), rng.integers(-32767, 32768, (2, 384))]
+                       ).astype(np.int16)
+    expected = codes.astype(np.int64) @ qcodes.T.astype(np.int64)
+    assert np.abs(expected).max() == 384 * 127 * 32767 < 2 ** 31
+    for r in range(3):
+        vector, loops = four(codes, qcodes, r)
+        assert list(vector) == list(loops) == expected[r].tolist(), r

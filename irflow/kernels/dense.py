@@ -72,7 +72,7 @@ import numpy as np
 from irflow.errors import EmbedderError, IrflowError
 from irflow.kernels.dense_exact import exact_scores, row_norm_bound, score_windows
 from irflow.kernels.dense_index import DenseIndex
-from irflow.kernels.dense_kernel import scan_candidates
+from irflow.kernels.dense_kernel import grouped_scan, scan_candidates
 from irflow.kernels.topk import TopK
 
 __all__ = ["dense_topk", "exact_scores", "gather_fraction", "row_norm_bound"]
@@ -100,11 +100,12 @@ ROW_BLOCK = 16
 GATHER_BYTES = 16 << 20
 #: Kept (query, row) entries of a batch, at least, before the floors are raised from them.
 CANDIDATE_BUDGET = 1 << 12
-#: Batches of at most this many queries are ranked by the int8 scan when given the codes; larger ones
-#: by BLAS.  The scan reads 4x fewer bytes but multiplies at about BLAS's rate (int16 multiply-adds
-#: as LLVM vectorizes them): it wins where reading dominates (5x at 2 queries, 1.6x at 16, 1.2x
-#: at 48, measured at 300k x 384, one thread) and loses a few percent from 64 queries on.
+#: Batches of at most this many queries are ranked by the int8 scan (given the codes), larger by BLAS.
+#: A batch is compute-bound; the scan's plain loop multiplies at about BLAS's rate: 5x BLAS at 2
+#: queries, 1.2x at 48, 0.95x at 64 (300k x 384, one thread).  With four queries at once
+#: (``dense_scan.dot4``, x86 with AVX2): 1.34x at 64, 1.06x at 256, hence ``SCAN_MAX_QUERIES_GROUPED``.
 SCAN_MAX_QUERIES = 48
+SCAN_MAX_QUERIES_GROUPED = 256
 
 
 def gather_fraction(n_queries: int) -> float:
@@ -479,7 +480,8 @@ def dense_topk(matrix: np.ndarray, queries: np.ndarray, mask: np.ndarray | None,
     if live.size:
         subset = queries if live.size == n_queries else queries[live]
         found = None
-        if index is not None and kept is None and subset.shape[0] <= SCAN_MAX_QUERIES:
+        limit = SCAN_MAX_QUERIES_GROUPED if grouped_scan() else SCAN_MAX_QUERIES
+        if index is not None and kept is None and subset.shape[0] <= limit:
             if index.codes.shape != matrix.shape:
                 raise IrflowError(f"index holds codes of shape {index.codes.shape} for a matrix of {matrix.shape}")
             found = scan_candidates(index, subset, mask, k)  # None: no compiled scan here

@@ -32,7 +32,7 @@ from irflow.kernels.dense_index import BLOCK, SLACK, DenseIndex, encode_queries
 from irflow.util.extras import install_hint
 
 __all__ = ["KERNEL_ENV", "KERNELS", "AUTO_MIN_ROWS", "DenseIndex", "kernel_name", "use_kernel",
-           "compiled_module", "build_index", "scan_candidates", "IndexSlot"]
+           "compiled_module", "build_index", "scan_candidates", "grouped_scan", "IndexSlot"]
 
 KERNEL_ENV = "IRFLOW_DENSE_KERNEL"
 KERNELS: tuple[str, ...] = ("auto", "numba", "numpy")
@@ -105,6 +105,11 @@ def use_kernel(name: str) -> Iterator[None]:
         _CHOICE[:] = [saved]
 
 
+def grouped_scan() -> bool:
+    """Whether the compiled scan, loaded, takes four queries at once here (``dense_scan.GROUPED``)."""
+    return bool(_MODULE and _MODULE[0] is not None and _MODULE[0].GROUPED)
+
+
 def build_index(matrix: np.ndarray) -> DenseIndex | None:
     """The int8 index of ``matrix`` when the compiled scan ranks a matrix of its size here, else None."""
     module = compiled_module(int(matrix.shape[0]))
@@ -112,12 +117,14 @@ def build_index(matrix: np.ndarray) -> DenseIndex | None:
 
 
 def scan_candidates(index: DenseIndex, queries: np.ndarray, mask: np.ndarray | None,
-                    k: int) -> tuple[np.ndarray, np.ndarray] | None:
+                    k: int, group: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """(query, row) of the rows that may reach each query's top ``k`` (queries finite, nonzero).
 
     None when the compiled scan cannot run here (numba missing or not
     chosen): the caller ranks with BLAS.  A superset of each query's exact
-    top k, ties included (``irflow.kernels.dense_index``).
+    top k, ties included (``irflow.kernels.dense_index``).  ``group``: 1 or
+    4 queries' dot products at once (None: 4 where ``dense_scan.dot4`` can;
+    tests compare the two).
     """
     choice = _choice()  # an index given is used whatever its size, unless numpy was asked for
     module = None if choice == "numpy" else _load(required=choice == "numba")
@@ -126,7 +133,8 @@ def scan_candidates(index: DenseIndex, queries: np.ndarray, mask: np.ndarray | N
     codes = encode_queries(queries)
     flags = np.zeros(0, np.bool_) if mask is None else mask
     query, row = module.scan(index.codes, index.scale, index.error, index.norm, index.blocks, codes.codes,
-                             codes.scale, codes.coded_norm, codes.error, codes.norm, flags, int(k), SLACK, BLOCK)
+                             codes.scale, codes.coded_norm, codes.error, codes.norm, flags, int(k), SLACK, BLOCK,
+                             module.group_for(index.codes, codes.codes) if group is None else group)
     return query, row
 
 
