@@ -22,8 +22,9 @@ Data, three kinds (``--kinds``):
 
 Systems, all exact, top 10 by inner product: ``irflow`` —
 ``dense_topk(matrix, q, None, 10, index=codes)`` as a corpus calls it (the
-compiled scan for batches up to ``SCAN_MAX_QUERIES``, BLAS above); ``irflow
-int8 forced`` — the scan for a larger batch too; ``irflow blas`` — the same
+compiled scan for batches up to ``SCAN_MAX_QUERIES`` — ``_GROUPED`` where it
+takes four queries at once —, BLAS above); ``irflow int8 forced`` — the scan
+for a larger batch too; ``irflow blas`` — the same
 call without the codes (what an install without numba runs); ``faiss`` —
 ``IndexFlatIP`` (batches with its BLAS threshold at 20, as in ``dense.py``).  One thread per pool (threadpoolctl, faiss's
 OpenMP); CPU time quoted, wall beside it; systems interleaved pass by pass
@@ -144,14 +145,19 @@ def scan_stats(index: DenseIndex, matrix: np.ndarray, queries: np.ndarray, k: in
             "bytes": bytes_codes + median_rescored * d * 4, "bytes_float": n * d * 4}
 
 
+def scan_limit() -> int:
+    """The largest batch the int8 scan ranks here (more queries: BLAS)."""
+    return dense_module.SCAN_MAX_QUERIES_GROUPED if dense_kernel.grouped_scan() else dense_module.SCAN_MAX_QUERIES
+
+
 def forced_scan(matrix: np.ndarray, q: np.ndarray, k: int, index: DenseIndex) -> Any:
     """``dense_topk`` with the int8 scan whatever the batch size."""
-    saved = dense_module.SCAN_MAX_QUERIES
-    dense_module.SCAN_MAX_QUERIES = 1 << 30
+    saved = dense_module.SCAN_MAX_QUERIES, dense_module.SCAN_MAX_QUERIES_GROUPED
+    dense_module.SCAN_MAX_QUERIES = dense_module.SCAN_MAX_QUERIES_GROUPED = 1 << 30
     try:
         return dense_topk(matrix, q, None, k, index=index)
     finally:
-        dense_module.SCAN_MAX_QUERIES = saved
+        dense_module.SCAN_MAX_QUERIES, dense_module.SCAN_MAX_QUERIES_GROUPED = saved
 
 
 # -- one data set ---------------------------------------------------------------------------
@@ -190,7 +196,7 @@ def run_kind(label: str, matrix: np.ndarray, queries: np.ndarray, args: argparse
             "irflow": lambda q: dense_topk(matrix, q, None, k, index=index),
             "irflow blas": lambda q: dense_topk(matrix, q, None, k),
         }
-        if b > dense_module.SCAN_MAX_QUERIES:  # the corpus's plan is BLAS here: the scan forced, for comparison
+        if b > scan_limit():  # the corpus's plan is BLAS here: the scan forced, for comparison
             systems["irflow int8 forced"] = lambda q: forced_scan(matrix, q, k, index)
         if fi is not None:
             def faiss_run(q: np.ndarray, threshold: int | None = None if b == 1 else FAISS_BLAS_THRESHOLD) -> Any:
@@ -219,8 +225,8 @@ def run_kind(label: str, matrix: np.ndarray, queries: np.ndarray, args: argparse
               f"int8 rows = faiss rows on {agree:.0%} of items")
         print(H.table(["system", "batch", "wall ms/q", "cpu ms/q", "cpu p90", "x cpu", "x p90"], rows))
     print(f"  irflow = dense_topk with the codes, as a corpus runs it: the int8 scan for batches of up to "
-          f"{dense_module.SCAN_MAX_QUERIES} queries, BLAS above; x = system time / irflow time on the same items "
-          "(> 1: irflow faster)")
+          f"{scan_limit()} queries (four at once: {'yes' if dense_kernel.grouped_scan() else 'no'}), BLAS above; "
+          "x = system time / irflow time on the same items (> 1: irflow faster)")
     return results
 
 
