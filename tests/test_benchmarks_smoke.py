@@ -75,3 +75,12 @@ def test_eval_memory_quick_runs_and_the_runs_do_not_change_the_figures():
     out = _run("eval_memory.py", "--quick", "--cases", "lexical,runs")
     assert "workload: 2,000 queries" in out and "max RSS MB" in out
     assert "same figures with and without --runs: True" in out
+
+
+def test_dense_codes_quick_gives_the_blas_plans_bits():
+    pytest.importorskip("numba")
+    out = _run("dense_codes.py", "--quick", "--no-faiss", "--api")
+    checks = [x for x in out.splitlines() if "int8 scan = blas to the bit on every item" in x]
+    assert len(checks) == 4 and all("every item: yes" in x for x in checks), out  # 2 kinds x 2 batch sizes
+    assert "rows rescored per query" in out and "bytes read per query" in out
+    assert "hits (record, score) equal on every query: yes" in out

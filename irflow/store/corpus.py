@@ -25,6 +25,7 @@ import numpy as np
 from irflow.errors import CorpusError, EmbedderError
 from irflow.kernels import bm25 as _bm25
 from irflow.kernels import dense as _dense
+from irflow.kernels import dense_kernel as _dense_kernel
 from irflow.kernels.columns import MetadataColumns
 from irflow.kernels.embedders import Embedder, LazyEmbedder, check_dimension, resolve_embedder
 from irflow.kernels.filters import CompiledFilter
@@ -93,6 +94,7 @@ class Corpus:
         self._masks = CandidateMasks(store, self._label(), remember=postings.remember_mask,
                                      forget=self._gathered.discard)
         self._lock = threading.Lock()
+        self._index = _dense_kernel.IndexSlot()  # the vectors' int8 codes, built on first use
 
     # -- row-aligned columns ------------------------------------------------------------
 
@@ -185,11 +187,13 @@ class Corpus:
         For in-memory corpora built from precomputed vectors with
         ``embedder=None``; its dimension is checked on first use.
         """
-        return Corpus(
+        other = Corpus(
             store=self.store, postings=self.postings, analyzer=self.analyzer, vectors=self._vectors,
             embedder=embedder, embedder_info=self._embedder_info, name=self.name, path=self.path,
             vectors_check=self._vectors_check,
         )
+        other._index = self._index  # the same vectors: their int8 codes too, built once for both
+        return other
 
     @property
     def version(self) -> int:
@@ -310,7 +314,9 @@ class Corpus:
 
         A query's scores are the same to the bit in any batch, plan, thread
         count or BLAS kernel (see :mod:`irflow.kernels.dense`); the vectors are
-        read-only, so their norm bound is computed once, on the first query.
+        read-only, so their norm bound is computed once, on the first query,
+        and so are their int8 codes where the compiled scan ranks (kept in
+        memory, a quarter of the vectors' bytes: :mod:`irflow.kernels.dense_index`).
         """
         vectors = self._require_vectors()
         queries = np.asarray(query_vectors, dtype=np.float32)
@@ -325,7 +331,8 @@ class Corpus:
                                 f"{len(queries)} vectors); a query vector must be finite — check the embedder "
                                 f"({self._embedder_label()}) or the vectors passed in")
         mask = self._effective_mask(mask)
-        return _dense.dense_topk(vectors, queries, mask, fetch_k, gathered=self._gathered_rows(mask, vectors))
+        return _dense.dense_topk(vectors, queries, mask, fetch_k, gathered=self._gathered_rows(mask, vectors),
+                                 index=self._index.get(vectors))
 
     def _gathered_rows(self, mask: np.ndarray | None, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """A selective filter's rows and their vectors, kept from its first dense query (None: not kept).
