@@ -16,8 +16,8 @@ and nothing of the seed API, the evaluation harness or the command line):
   building stage objects, the DAG, what validation learns, validation as a
   list of checks, the validated pipeline, a run's parameters;
 - ``events``, ``values``, ``explain``, ``diff``, ``tracecheck``, ``tracefile``,
-  ``trace``, ``result``: what a run records and returns, and how it is
-  explained, diffed, dumped, checked and loaded;
+  ``stageview``, ``trace``, ``result``: what a run records and returns, and how it is
+  explained, diffed, dumped, checked, loaded and shown;
 - ``plan``: the plan of an untraced run (stages switched off, passed through, run);
 - ``executor``: runs the stages an output needs, once per batch;
 - ``recipe``: the :class:`Recipe` facade (load, validate, run) and the builder.

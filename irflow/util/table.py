@@ -15,9 +15,11 @@ rank  record
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from numbers import Integral, Real
 from typing import Any
+
+from irflow.util.unicode import visible
 
 __all__ = ["render_table", "format_value", "MISSING"]
 
@@ -57,29 +59,33 @@ def _is_number(value: Any) -> bool:
 
 
 def _cut(text: str, width: int) -> str:
-    text = " ".join(text.split())  # newlines and tabs would break the grid
+    # newlines and tabs would break the grid; control characters (a terminal's escape sequences) and
+    # bidirectional overrides in a record's text would act on the terminal: shown as their escapes
+    text = visible(" ".join(text.split()))
     return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, max_width: int = 48,
-                 indent: str = "", right: Sequence[str] = ()) -> str:
+                 indent: str = "", right: Sequence[str] = (), widths: Mapping[str, int] | None = None) -> str:
     """``rows`` under ``headers`` as aligned plain text (numbers right-aligned).
 
     Cells are formatted with :func:`format_value` and cut to ``max_width``
-    characters; ``indent`` prefixes every line (for nested sections);
+    characters (``widths`` sets another width for the columns it names);
+    ``indent`` prefixes every line (for nested sections);
     columns named in ``right`` are right-aligned even when they hold text
     (counts like ``"40 rows"``, preformatted numbers).
     """
-    cells = [[_cut(format_value(v), max_width) for v in row] for row in rows]
+    cuts = [(widths or {}).get(h, max_width) for h in headers]
+    cells = [[_cut(format_value(v), cuts[i]) for i, v in enumerate(row)] for row in rows]
     numeric = [h in right or (all(_is_number(row[i]) or row[i] is None for row in rows)
                               and any(_is_number(row[i]) for row in rows))
                for i, h in enumerate(headers)]
-    widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
+    sizes = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
 
     def line(values: Sequence[str]) -> str:
-        parts = [v.rjust(w) if numeric[i] else v.ljust(w) for i, (v, w) in enumerate(zip(values, widths))]
+        parts = [v.rjust(w) if numeric[i] else v.ljust(w) for i, (v, w) in enumerate(zip(values, sizes))]
         return (indent + "  ".join(parts)).rstrip()
 
-    out = [line(list(headers)), (indent + "  ".join("-" * w for w in widths)).rstrip()]
+    out = [line(list(headers)), (indent + "  ".join("-" * w for w in sizes)).rstrip()]
     out.extend(line(row) for row in cells)
     return "\n".join(out)
