@@ -11,6 +11,7 @@ from typing import Any, Protocol, cast
 
 import attrs
 
+from irflow.engine.report.reprs import diff_view
 from irflow.errors import TraceError
 from irflow.util.table import render_table
 
@@ -118,6 +119,10 @@ class Diff:
 
     def __str__(self) -> str:
         return self.table()
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: the counts and scales, then what entered, left, moved and was rescored."""
+        return diff_view(self)
 
 
 def _score_change(change: Change) -> float | None:

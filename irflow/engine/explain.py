@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import numpy as np
@@ -37,7 +37,8 @@ if TYPE_CHECKING:  # the callers' types: result.py and trace.py import this modu
     from irflow.engine.result import Result
     from irflow.engine.trace import Trace
 
-__all__ = ["Explanation", "Step", "Detail", "explain_result", "explain_trace", "label_for"]
+__all__ = ["Explanation", "Step", "Detail", "explain_result", "explain_trace", "explain_row", "label_for", "Locate",
+           "Scan"]
 
 #: Friendly names of the score a stage kind writes as "<stage>.score".
 _SCORE_LABELS = {"dense": "cosine", "lexical": "bm25 score", "fuse": "fused score", "rerank": "rerank score",
@@ -205,6 +206,29 @@ def _position(candidates: Candidates, query: int, row: int) -> int | None:
     return int(hits[np.argmin(candidates.rank[hits])])  # argmin keeps the first of equal ranks
 
 
+class Locate(Protocol):
+    """Where a row is among a query's candidates: :class:`Scan` looks each time; a report that explains
+    many hits of one trace passes one that indexes each batch once."""
+
+    def position(self, candidates: Candidates, query: int, row: int) -> int | None:
+        """The position of ``row``'s best entry among original ``query``'s candidates (None: absent)."""
+        ...
+
+    def query_positions(self, candidates: Candidates, query: int) -> np.ndarray:
+        """The positions of original ``query``'s candidates, in batch order."""
+        ...
+
+
+class Scan:
+    """:class:`Locate` by scanning the batch on each call (one explanation: nothing to index first)."""
+
+    def position(self, candidates: Candidates, query: int, row: int) -> int | None:
+        return _position(candidates, query, row)
+
+    def query_positions(self, candidates: Candidates, query: int) -> np.ndarray:
+        return np.flatnonzero(candidates.origin_index == query)
+
+
 def _is_real(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= sys.float_info.max
 
@@ -265,18 +289,18 @@ def _trace_target(trace: "Trace", key: str, query: int) -> int:
     return int(rows[0])
 
 
-def _collapse_note(trace: "Trace", event: Any, query: int, row: int, present: bool) -> str:
+def _collapse_note(trace: "Trace", event: Any, query: int, row: int, present: bool, locate: Locate) -> str:
     """Kept or not at a collapse, and which surface represents the artifact."""
     (_, artifacts, _) = trace.identify(np.array([row]))
     artifact = artifacts[0]
     output = event.output
-    mine = np.flatnonzero(output.origin_index == query)
-    record_ids, out_artifacts, kinds = trace.identify(output.row[mine])
     if present:
         column = output.provenance.get(f"{event.name}.merged")
-        merged = None if column is None else jsonable(column[_position(output, query, row)])
+        merged = None if column is None else jsonable(column[locate.position(output, query, row)])
         extra = f" ({merged} entries merged)" if merged and merged > 1 else ""
         return f"kept: it represents artifact {artifact}{extra}"
+    mine = locate.query_positions(output, query)
+    record_ids, out_artifacts, kinds = trace.identify(output.row[mine])
     for i, other in enumerate(out_artifacts):
         if other == artifact:
             return (f"not kept: artifact {artifact} is represented by its {kinds[i]} surface "
@@ -284,7 +308,7 @@ def _collapse_note(trace: "Trace", event: Any, query: int, row: int, present: bo
     return f"not kept: artifact {artifact} is below the cut (k)"
 
 
-def _trace_step(trace: "Trace", event: Any, query: int, row: int, fed_holds: set[str]) -> Step:
+def _trace_step(trace: "Trace", event: Any, query: int, row: int, fed_holds: set[str], locate: Locate) -> Step:
     output = event.output
     inputs = _fuse_inputs(event.ports, (), event.name) if event.kind == "fuse" else []
     if output is INACTIVE or (isinstance(output, Candidates) and not output.active):
@@ -304,19 +328,20 @@ def _trace_step(trace: "Trace", event: Any, query: int, row: int, fed_holds: set
                     note="query texts: " + ", ".join(repr(t) for t in texts))
     if not isinstance(output, Candidates):
         return Step(event.name, event.kind, event.status, None)
-    index = _position(output, query, row)
-    was_input = any(isinstance(v, Candidates) and _position(v, query, row) is not None for v in event.inputs.values())
+    index = locate.position(output, query, row)
+    was_input = any(isinstance(v, Candidates) and locate.position(v, query, row) is not None
+                    for v in event.inputs.values())
     if index is None:
         note = "dropped by this stage" if was_input else "not among its candidates"
         if event.kind == "collapse" and was_input:
-            note = _collapse_note(trace, event, query, row, False)
+            note = _collapse_note(trace, event, query, row, False, locate)
         return Step(event.name, event.kind, event.status, False, note=note)
     step = Step(event.name, event.kind, event.status, True, int(output.rank[index]), float(output.score[index]),
                 output.scale.value, _details(output, index, event.name, event.kind, inputs))
     if not output.queries.is_root:  # a reformulated batch: say which sub-query ranked it there
         step = attrs.evolve(step, note=f"in sub-query {output.queries.texts[int(output.query_index[index])]!r}")
     if event.kind == "collapse":
-        return attrs.evolve(step, note=_collapse_note(trace, event, query, row, True))
+        return attrs.evolve(step, note=_collapse_note(trace, event, query, row, True, locate))
     if event.kind == "fuse":
         return attrs.evolve(step, note=_rrf_note(step, event.params, inputs))
     return step
@@ -330,14 +355,25 @@ def explain_trace(trace: "Trace", record: Any, *, query: int = 0, output_stage: 
     """
     query = trace.check_query(query)
     key = _key_of(record)
-    row = _trace_target(trace, key, query)
+    return explain_row(trace, _trace_target(trace, key, query), query=query, output_stage=output_stage)
+
+
+def explain_row(trace: "Trace", row: int, *, query: int, output_stage: str | None = None,
+                locate: Locate | None = None) -> "Explanation":
+    """Explain corpus row ``row`` for original query ``query`` (a checked index) from a trace alone.
+
+    What :func:`explain_trace` answers once it has found the row; ``locate``
+    finds the row in each stage's batch (a report explaining many hits indexes
+    each batch once).
+    """
+    locate = locate if locate is not None else Scan()
     # the stages that fed a stage whose candidates hold the row, found once (not once per mask stage: a file
     # of thousands of mask stages would cost their square)
     fed_holds: set[str] = set()
     for event in trace:
-        if isinstance(event.output, Candidates) and _position(event.output, query, row) is not None:
+        if isinstance(event.output, Candidates) and locate.position(event.output, query, row) is not None:
             fed_holds.update(event.inputs)
-    steps = tuple(_trace_step(trace, event, query, row, fed_holds) for event in trace)
+    steps = tuple(_trace_step(trace, event, query, row, fed_holds, locate) for event in trace)
     last = output_stage or (trace.stages[-1] if len(trace) else "")
     final = next((s for s in steps if s.stage == last), None)
     (record_ids, artifacts, kinds) = trace.identify(np.array([row]))

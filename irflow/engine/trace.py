@@ -34,6 +34,10 @@ from irflow.engine.batches import Candidates, QueryBatch
 from irflow.engine.diff import Change, Diff, diff_rankings
 from irflow.engine.events import StageEvent, TraceRecorder
 from irflow.engine.explain import Explanation, explain_trace
+from irflow.engine.report.diffpage import diff_page
+from irflow.engine.report.extract import Caps
+from irflow.engine.report.reprs import trace_view
+from irflow.engine.report.tracepage import trace_page
 from irflow.engine.stageview import StageView
 from irflow.engine.tracecheck import excerpt
 from irflow.engine.tracefile import FORMAT, FORMAT_VERSION, MAX_COLUMN_BYTES, MAX_STRING_ITEMSIZE, MAX_TRACE_BYTES, \
@@ -41,7 +45,7 @@ from irflow.engine.tracefile import FORMAT, FORMAT_VERSION, MAX_COLUMN_BYTES, MA
 from irflow.engine.values import Summary, json_float, jsonable
 from irflow.errors import NotInTrace, TraceError
 from irflow.store.protocol import CorpusProtocol
-from irflow.util.fileio import atomic_writer
+from irflow.util.fileio import atomic_writer, write_atomic
 from irflow.util.table import render_table
 
 __all__ = ["Trace", "StageView", "Summary", "Diff", "Change", "diff", "TraceError", "NotInTrace", "jsonable",
@@ -321,6 +325,39 @@ class Trace(TraceRecorder):
     def explain(self, record: str, query: int = 0) -> Explanation:
         """Why record (or artifact) ``record`` ranks where it does, stage by stage, from this trace alone."""
         return explain_trace(self, record, query=query)
+
+    def to_html(self, path: str | os.PathLike[str] | None = None, *, queries: Sequence[int] | range | None = None,
+                top: int = 50, paths: int = 10) -> str:
+        """This trace as one self-contained HTML page (returned; written atomically to ``path`` when given).
+
+        The page shows the DAG, every stage's counts, scale and time, its
+        top ``top`` candidates per query and a histogram of its scores, how the
+        final hits moved across stages and the path of each query's top
+        ``paths`` hits.  It holds ``queries`` (original query indexes; default
+        the first 100), a picker switching between them.  Inline CSS, script and
+        SVG; nothing is fetched; readable with JavaScript off.
+        """
+        html = trace_page(self, queries=queries, caps=Caps(top=top, paths=paths))
+        if path is not None:
+            write_atomic(path, html, "report")
+        return html
+
+    def diff_html(self, other: "Trace", path: str | os.PathLike[str] | None = None, *, stage: str | None = None,
+                  queries: Sequence[int] | range | None = None, top: int = 50) -> str:
+        """What changed at ``stage`` from this trace to ``other``, query by query, as one HTML page.
+
+        ``stage`` defaults to the result's stage; per query, the records that
+        entered, left, moved or were rescored (``top`` a section at most), as
+        ``irflow trace diff`` says them.  Returned; written atomically to ``path`` when given.
+        """
+        html = diff_page(self, other, stage=stage, queries=queries, caps=Caps(top=top))
+        if path is not None:
+            write_atomic(path, html, "report")
+        return html
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: the DAG, the stage summary, how the final hits moved, the final candidates."""
+        return trace_view(self)
 
     def __repr__(self) -> str:
         where = f", source={self.source!r}" if self.source else ""

@@ -323,7 +323,14 @@ def evaluate(
     systems = tuple(_system(plan.label, plan.recipe.name, plan.params, runs[i], qrels, parsed, seconds[i])
                     for i, plan in enumerate(plans))
     return Evaluation(collection.name, collection.split, tuple(str(m) for m in parsed), the_depth, qrels, systems,
-                      base_label, source, stage_cache, merged=tuple(merged))
+                      base_label, source, stage_cache, merged=tuple(merged), settings=_settings(corpus, title_mode))
+
+
+def _settings(corpus: Any, title_mode: str) -> dict[str, Any]:
+    """How the corpus was built, as a report says it (the embedder's spec, the analyzer's name, the title mode)."""
+    analyzer = getattr(corpus, "analyzer", None)
+    return {"embedder": getattr(corpus, "embedder_spec", None) or "none",
+            "analyzer": getattr(analyzer, "name", None), "title_mode": title_mode}
 
 
 def evaluate_runs(

@@ -33,6 +33,8 @@ def format_value(value: Any, *, digits: int = 4) -> str:
     >>> format_value(0.0325224), format_value(12.3456), format_value(None), format_value(True)
     ('0.03252', '12.35', '-', 'yes')
     """
+    if type(value) is float:  # the common case (a column of scores), before the slower ABC checks
+        return _format_float(value, digits)
     if value is None:
         return MISSING
     if isinstance(value, bool):
@@ -40,18 +42,21 @@ def format_value(value: Any, *, digits: int = 4) -> str:
     if isinstance(value, Integral):
         return str(int(value))
     if isinstance(value, Real):
-        number = float(value)
-        if math.isnan(number):
-            return MISSING
-        if number == 0:
-            return "0"
-        # a fixed number of significant figures keeps rrf (0.0325) and bm25 (12.35) both readable
-        magnitude = math.floor(math.log10(abs(number))) if math.isfinite(number) else 0
-        if math.isfinite(number) and -4 <= magnitude < 6:
-            decimals = max(digits - 1 - magnitude, 0)
-            return f"{number:.{decimals}f}"
-        return f"{number:.{digits}g}"
+        return _format_float(float(value), digits)
     return str(value)
+
+
+def _format_float(number: float, digits: int) -> str:
+    if math.isnan(number):
+        return MISSING
+    if number == 0:
+        return "0"
+    # a fixed number of significant figures keeps rrf (0.0325) and bm25 (12.35) both readable
+    magnitude = math.floor(math.log10(abs(number))) if math.isfinite(number) else 0
+    if math.isfinite(number) and -4 <= magnitude < 6:
+        decimals = max(digits - 1 - magnitude, 0)
+        return f"{number:.{decimals}f}"
+    return f"{number:.{digits}g}"
 
 
 def _is_number(value: Any) -> bool:
