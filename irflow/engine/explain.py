@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
@@ -29,6 +29,7 @@ import numpy as np
 from irflow.engine.batches import Candidates, QueryBatch
 from irflow.engine.events import INACTIVE
 from irflow.engine.pipeline import Pipeline
+from irflow.engine.positions import Locate, Scan
 from irflow.engine.values import Summary, jsonable
 from irflow.errors import IrflowError, NotInTrace
 from irflow.util.table import format_value, render_table
@@ -37,8 +38,7 @@ if TYPE_CHECKING:  # the callers' types: result.py and trace.py import this modu
     from irflow.engine.result import Result
     from irflow.engine.trace import Trace
 
-__all__ = ["Explanation", "Step", "Detail", "explain_result", "explain_trace", "explain_row", "label_for", "Locate",
-           "Scan"]
+__all__ = ["Explanation", "Step", "Detail", "explain_result", "explain_trace", "explain_row", "label_for"]
 
 #: Friendly names of the score a stage kind writes as "<stage>.score".
 _SCORE_LABELS = {"dense": "cosine", "lexical": "bm25 score", "fuse": "fused score", "rerank": "rerank score",
@@ -192,41 +192,6 @@ def _details(candidates: Candidates, index: int, stage: str, kind: str | None, i
     prefix = f"{stage}."
     return tuple(Detail(name, label_for(kind, name[len(prefix):], inputs), _value(column, index))
                  for name, column in candidates.provenance.items() if name.startswith(prefix))
-
-
-def _position(candidates: Candidates, query: int, row: int) -> int | None:
-    """The position of ``row``'s best entry among original ``query``'s candidates.
-
-    Several entries exist when a query was reformulated into sub-queries:
-    the best rank wins, then the earlier sub-query.
-    """
-    hits = np.flatnonzero((candidates.origin_index == query) & (candidates.row == row))
-    if not hits.size:
-        return None
-    return int(hits[np.argmin(candidates.rank[hits])])  # argmin keeps the first of equal ranks
-
-
-class Locate(Protocol):
-    """Where a row is among a query's candidates: :class:`Scan` looks each time; a report that explains
-    many hits of one trace passes one that indexes each batch once."""
-
-    def position(self, candidates: Candidates, query: int, row: int) -> int | None:
-        """The position of ``row``'s best entry among original ``query``'s candidates (None: absent)."""
-        ...
-
-    def query_positions(self, candidates: Candidates, query: int) -> np.ndarray:
-        """The positions of original ``query``'s candidates, in batch order."""
-        ...
-
-
-class Scan:
-    """:class:`Locate` by scanning the batch on each call (one explanation: nothing to index first)."""
-
-    def position(self, candidates: Candidates, query: int, row: int) -> int | None:
-        return _position(candidates, query, row)
-
-    def query_positions(self, candidates: Candidates, query: int) -> np.ndarray:
-        return np.flatnonzero(candidates.origin_index == query)
 
 
 def _is_real(value: Any) -> bool:

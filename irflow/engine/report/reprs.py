@@ -61,7 +61,7 @@ def trace_view(trace: "Trace") -> str:
     data = extract(trace, [0], caps)
     part = data["queries"][0]
     names = [s["name"] for s in data["stages"]]
-    labels = [f"{shown(data['records'][r][1])} [{shown(data['records'][r][2])}]" for r in part["bump"]["hits"]]
+    labels = [cut(f"{shown(data['records'][r][1])} [{shown(data['records'][r][2])}]", 26) for r in part["bump"]["hits"]]
     graph = trace_graph([e.name for e in trace], [e.ports for e in trace])
     summary = table(["stage", "kind", "status", "in", "out", "scale", "ms"],
                     [[s["name"], s["kind"], s["state"], part["io"][i][0], part["io"][i][1], s["scale"], s["ms"]]

@@ -56,7 +56,8 @@ def _charts(data: dict[str, Any]) -> None:
     names = [stage["name"] for stage in data["stages"]]
     for part in data["queries"]:
         part["hists"] = [histogram(h) for h in part.pop("hist")]
-        labels = [f"{shown(data['records'][r][1])} [{shown(data['records'][r][2])}]" for r in part["bump"]["hits"]]
+        labels = [cut(f"{shown(data['records'][r][1])} [{shown(data['records'][r][2])}]", 26)
+                  for r in part["bump"]["hits"]]
         part["bump"] = bump(names, labels, part["bump"]["ranks"], deepest=data["caps"]["top"])
 
 
