@@ -171,3 +171,37 @@ def test_show_in_the_cli_uses_the_same_view(lexical, tmp_path: Path):
     path = lexical.trace.dump(tmp_path / "run.jsonl")
     out = CliRunner().invoke(main, ["trace", "show", str(path)]).stdout
     assert out == lexical.trace.table(query=0) + "\n"
+
+
+def test_a_hostile_trace_file_acts_on_no_terminal(lexical, tmp_path):
+    # names, ids and texts of a trace file reach the terminal as text: its escapes are shown, never obeyed
+    path = lexical.trace.dump(tmp_path / "run.jsonl")
+    text = path.read_text(encoding="utf-8")
+    evil = "fuse\x1b]0;owned\x07\u202e"
+    text = text.replace('"fuse"', json.dumps(evil)).replace('"fuse.', json.dumps(evil + ".")[:-1])
+    text = text.replace('"unbox"', json.dumps("unbox\x1b[2J\u2066"))
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text(text, encoding="utf-8")
+    runner = CliRunner()
+    outputs = [runner.invoke(main, ["trace", "show", str(edited), "--query", "all"]),
+               runner.invoke(main, ["trace", "show", str(edited), "--stage", evil]),
+               runner.invoke(main, ["trace", "explain", str(edited), "unbox\x1b[2J\u2066"]),
+               runner.invoke(main, ["trace", "diff", str(edited), "--stages", "lexical", evil])]
+    for done in outputs:
+        assert done.exit_code == 0, done.output
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f\u202a-\u202e\u2066-\u2069]", done.stdout), done.stdout
+    assert "fuse\\x1b]0;owned\\x07\\u202e" in outputs[1].stdout
+    assert "unbox\\x1b[2J\\u2066" in outputs[2].stdout
+
+
+def test_irflow_run_shows_a_hostile_corpus_as_text(tmp_path):
+    records = tmp_path / "records.jsonl"
+    records.write_text(json.dumps({"artifact_id": "a\x1b[2Jb", "surface_kind": "name",
+                                   "text": "zip \x1b]0;owned\x07 \u202eexe"}) + "\n", encoding="utf-8")
+    runner = CliRunner()
+    assert runner.invoke(main, ["index", str(records), "--out", str(tmp_path / "c\x1b[1m"), "--embedder",
+                                "hash"]).exit_code == 0
+    done = runner.invoke(main, ["run", "lexical", "--corpus", str(tmp_path / "c\x1b[1m"), "-q", "zip"])
+    assert done.exit_code == 0, done.output
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f\u202a-\u202e]", done.stdout), done.stdout
+    assert "a\\x1b[2Jb" in done.stdout and "zip \\x1b]0;owned\\x07 \\u202eexe" in done.stdout

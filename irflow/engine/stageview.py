@@ -23,6 +23,7 @@ from irflow.engine.tracefile import candidate_dicts, query_positions, render
 from irflow.engine.values import Summary, jsonable
 from irflow.errors import TraceError
 from irflow.util.table import render_table
+from irflow.util.unicode import visible
 
 if TYPE_CHECKING:  # the trace holds its views; trace.py imports this module
     from irflow.engine.trace import Trace
@@ -147,11 +148,11 @@ class StageView:
             lines.append("params: " + ", ".join(f"{k}={json.dumps(jsonable(v), ensure_ascii=False)}"
                                                 for k, v in event.params.items()))
         if not self.has_candidates or self.switched_off or self.passed_from is not None:
-            return "\n".join(lines)
+            return visible("\n".join(lines))
         ranking = self.ranking(query)
         if not ranking:
             lines.append("(no candidates)")
-            return "\n".join(lines)
+            return visible("\n".join(lines))
         shown = ranking[:limit]
         texts = self.trace.excerpts(np.array([c["row"] for c in shown], dtype=np.int64))
         extra = own_columns(event.name, self.event.output.provenance)
@@ -162,7 +163,8 @@ class StageView:
         lines.append(render_table(headers, rows, max_width=32, widths={"text": TEXT_WIDTH}))
         if len(ranking) > limit:
             lines.append(f"... {len(ranking) - limit} more")
-        return "\n".join(lines)
+        # names, kinds and parameters come from a trace file: a terminal escape in one is shown, not obeyed
+        return visible("\n".join(lines))
 
     def __repr__(self) -> str:
         return f"StageView({self.label!r}, kind={self.event.kind!r}, status={self.event.status!r})"
