@@ -68,3 +68,11 @@ def test_sgemm_layout_runs():
     assert "OPENBLAS_CORETYPE=" in out
     line = next(x for x in out.splitlines() if x.startswith("batch 8:"))
     assert all(name in line for name in ("tiles rows x queries", "tiles queries x rows", "whole queries x rows"))
+
+
+@pytest.mark.slow
+def test_report_quick_writes_and_measures_a_page():
+    out = _run("report.py", "--quick")
+    assert "100 queries x 5 stages x 200 candidates" in out
+    assert re.search(r"write: [0-9.]+ s CPU, [0-9.]+ s wall", out) and re.search(r"page: [0-9.]+ MB", out)
+    assert "load: " in out
