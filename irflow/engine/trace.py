@@ -12,6 +12,7 @@ corpus and without re-running anything::
     trace.dump("run.jsonl")
     again = Trace.load("run.jsonl")
     print(diff(again.stage("dense"), again.stage("fuse")).table())
+    again.to_html("run.html")   # one self-contained page: DAG, every stage, hit paths
 
 The file format (JSON Lines, one line per stage and query) is documented in
 :mod:`irflow.engine.tracefile`; a loaded trace holds real

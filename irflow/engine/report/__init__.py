@@ -12,7 +12,8 @@ Modules, bottom to top (each imports only those above it):
 - ``render``: the per-query pieces as HTML (what the script draws again for another query);
 - ``tracepage``, ``diffpage``: whole pages (:meth:`Trace.to_html`, :meth:`Result.to_html`, the diff of
   two traces);
-- ``reprs``: the notebook views (``_repr_html_``) of results, traces, candidates, recipes and diffs.
+- ``reprs``: the notebook views (``_repr_html_``) of results, traces, recipes and diffs;
+  ``batchview``: a candidate batch's (apart: :mod:`irflow.engine.batches` imports it).
 
 Every value goes through :mod:`irflow.util.html` (escaped for where it lands); pages carry a
 Content-Security-Policy that lets nothing load and only their own script run.
