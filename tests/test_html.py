@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from irflow.util.html import CSP, Markup, el, escape, join, json_for_script, number, page, script_json
-from irflow.util.unicode import visible
+from irflow.util.unicode import escape_controls, visible
 
 HOSTILE = ["<script>alert(1)</script>", "</script><script>alert(2)</script>", '"><img src=x onerror=alert(3)>',
            "javascript:alert(4)", "</textarea><b>x</b>", "<!-- comment -->", "<![CDATA[x]]>", "a\u202eb\u2066c",
@@ -89,6 +89,8 @@ def test_visible_names_what_would_act_on_the_reader():
     assert visible("\x1b[31mred") == "\\x1b[31mred"
     assert visible("caf\udce9 \ud800") == "caf\ufffd \ufffd"
     assert visible("tab\tnew\nline ok é") == "tab\tnew\nline ok é"
+    # a terminal's form: the controls shown, a path's undecodable byte left for the output to print as given
+    assert escape_controls("caf\udce9\x1b[2J\u202e") == "caf\udce9\\x1b[2J\\u202e"
 
 
 @pytest.mark.parametrize("name", ["onclick", "onerror", "ONLOAD", "srcdoc", "bad name", "x\"y", ""])

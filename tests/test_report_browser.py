@@ -248,6 +248,7 @@ def test_the_watch_catches_a_payload_that_was_not_escaped(browser, tmp_path):
     watched.open(path)
     with pytest.raises(AssertionError, match="an injected script ran|requests left the page"):
         watched.assert_clean()
+    watched.shot("raw-payload-caught")
 
 
 @pytest.mark.slow

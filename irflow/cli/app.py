@@ -48,7 +48,7 @@ from irflow.store.corpus import build
 from irflow.util.corpusmarks import CORPUS, refuse_inside_corpus
 from irflow.util.fileio import explain_os_error, loads_json
 from irflow.util.table import render_table
-from irflow.util.unicode import json_text, visible
+from irflow.util.unicode import escape_controls, json_text
 
 __all__ = ["main", "UserError", "parse_sets", "parse_sweeps"]
 
@@ -282,7 +282,7 @@ def run(recipe: str, corpus_path: str, queries: tuple[str, ...], settings: dict[
         hits = per_query[q]
         if q:
             click.echo("")
-        click.echo(visible(f"query {q}: {text!r} — {len(hits)} hit{'' if len(hits) == 1 else 's'} "
+        click.echo(escape_controls(f"query {q}: {text!r} — {len(hits)} hit{'' if len(hits) == 1 else 's'} "
                            f"(recipe {the_recipe.name}, corpus {corpus.name})"))  # names shown, never obeyed
         if hits:
             click.echo(_hits_table(hits))

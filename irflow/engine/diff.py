@@ -14,7 +14,7 @@ import attrs
 from irflow.engine.report.reprs import diff_view
 from irflow.errors import TraceError
 from irflow.util.table import render_table
-from irflow.util.unicode import visible
+from irflow.util.unicode import escape_controls
 
 __all__ = ["Change", "Diff", "diff_rankings"]
 
@@ -116,7 +116,7 @@ class Diff:
             lines.extend(["", f"{title}:", render_table(headers, rows, max_width=32, indent="  ")])
             if len(shown) < len(changes):
                 lines.append(f"  ... {len(changes) - len(shown)} more")
-        return visible("\n".join(lines))  # labels and ids from trace files: shown, not obeyed
+        return escape_controls("\n".join(lines))  # labels and ids from trace files: shown, not obeyed
 
     def __str__(self) -> str:
         return self.table()

@@ -33,7 +33,7 @@ from irflow.engine.positions import Locate, Scan
 from irflow.engine.values import Summary, jsonable
 from irflow.errors import IrflowError, NotInTrace
 from irflow.util.table import format_value, render_table
-from irflow.util.unicode import visible
+from irflow.util.unicode import escape_controls
 
 if TYPE_CHECKING:  # the callers' types: result.py and trace.py import this module
     from irflow.engine.result import Result
@@ -166,7 +166,7 @@ class Explanation:
                     ["value", "what", "column"], [[d.value, d.label, d.column] for d in step.details], indent="  ")])
         for note in self.notes:
             lines.extend(["", note])
-        return visible("\n".join(lines))  # ids and names from a trace file: an escape in one is shown, not obeyed
+        return escape_controls("\n".join(lines))  # ids and names from a trace file: an escape in one is shown, not obeyed
 
     def __str__(self) -> str:
         return self.table()

@@ -23,7 +23,7 @@ from irflow.engine.tracefile import candidate_dicts, query_positions, render
 from irflow.engine.values import Summary, jsonable
 from irflow.errors import TraceError
 from irflow.util.table import render_table
-from irflow.util.unicode import visible
+from irflow.util.unicode import escape_controls
 
 if TYPE_CHECKING:  # the trace holds its views; trace.py imports this module
     from irflow.engine.trace import Trace
@@ -148,11 +148,11 @@ class StageView:
             lines.append("params: " + ", ".join(f"{k}={json.dumps(jsonable(v), ensure_ascii=False)}"
                                                 for k, v in event.params.items()))
         if not self.has_candidates or self.switched_off or self.passed_from is not None:
-            return visible("\n".join(lines))
+            return escape_controls("\n".join(lines))
         ranking = self.ranking(query)
         if not ranking:
             lines.append("(no candidates)")
-            return visible("\n".join(lines))
+            return escape_controls("\n".join(lines))
         shown = ranking[:limit]
         texts = self.trace.excerpts(np.array([c["row"] for c in shown], dtype=np.int64))
         extra = own_columns(event.name, self.event.output.provenance)
@@ -164,7 +164,7 @@ class StageView:
         if len(ranking) > limit:
             lines.append(f"... {len(ranking) - limit} more")
         # names, kinds and parameters come from a trace file: a terminal escape in one is shown, not obeyed
-        return visible("\n".join(lines))
+        return escape_controls("\n".join(lines))
 
     def __repr__(self) -> str:
         return f"StageView({self.label!r}, kind={self.event.kind!r}, status={self.event.status!r})"

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from numbers import Integral, Real
 from typing import Any
 
-from irflow.util.unicode import visible
+from irflow.util.unicode import escape_controls
 
 __all__ = ["render_table", "format_value", "MISSING"]
 
@@ -66,7 +66,7 @@ def _is_number(value: Any) -> bool:
 def _cut(text: str, width: int) -> str:
     # newlines and tabs would break the grid; control characters (a terminal's escape sequences) and
     # bidirectional overrides in a record's text would act on the terminal: shown as their escapes
-    text = visible(" ".join(text.split()))
+    text = escape_controls(" ".join(text.split()))
     return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 

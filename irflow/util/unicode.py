@@ -28,7 +28,7 @@ from typing import Any
 from irflow.errors import InputError
 
 __all__ = ["lone_surrogate", "surrogate_reason", "check_text", "find_lone_surrogate", "check_value_text",
-           "argv_reason", "json_text", "escape_surrogates", "visible"]
+           "argv_reason", "json_text", "escape_surrogates", "escape_controls", "visible"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -196,13 +196,26 @@ def _escape_code(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
+def escape_controls(text: str) -> str:
+    """``text`` with the characters that act on a reader shown as their escapes (``\\x1b``, ``\\u202e``).
+
+    C0 controls but tab, newline and carriage return, DEL and the C1 controls
+    (a terminal's escape sequences), and the bidirectional controls (which
+    reorder what follows them: ``exe.txt`` turned around).  What a terminal
+    prints; lone surrogates are left to the output's encoder (a path's bytes
+    print as given).
+    """
+    if text.isascii() and text.isprintable():
+        return text
+    return _INVISIBLE.sub(_escape_code, text)
+
+
 def visible(text: str) -> str:
-    """``text`` as a report shows it: lone surrogates as U+FFFD, invisible controls as their escapes.
+    """``text`` as a report shows it: lone surrogates as U+FFFD, controls as their escapes (:func:`escape_controls`).
 
     A Python ``str`` never holds a surrogate *pair* (JSON and Python join the
     two halves into one character), so every surrogate left is alone.
     """
-    if text.isascii():
-        return _INVISIBLE.sub(_escape_code, text) if not text.isprintable() else text
-    text = _SURROGATE.sub("\ufffd", text)
-    return _INVISIBLE.sub(_escape_code, text)
+    if not text.isascii():
+        text = _SURROGATE.sub("\ufffd", text)
+    return escape_controls(text)
