@@ -84,3 +84,10 @@ def test_dense_codes_quick_gives_the_blas_plans_bits():
     assert len(checks) == 4 and all("every item: yes" in x for x in checks), out  # 2 kinds x 2 batch sizes
     assert "rows rescored per query" in out and "bytes read per query" in out
     assert "hits (record, score) equal on every query: yes" in out
+
+
+def test_report_quick_writes_and_measures_a_page():
+    out = _run("report.py", "--quick")
+    assert "100 queries x 5 stages x 200 candidates" in out
+    assert re.search(r"write: [0-9.]+ s CPU, [0-9.]+ s wall", out) and re.search(r"page: [0-9.]+ MB", out)
+    assert "load: " in out

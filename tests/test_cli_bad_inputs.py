@@ -301,6 +301,8 @@ def _cases() -> list[Case]:
             cases.append((command, name, _with_file(name, lambda env, p, c=command, e=extra: [*c, p, *e])))
         cases.append((("trace", "diff"), name, _with_file(
             name, lambda env, p: ["trace", "diff", p, str(env.trace), "--stage", "fuse"])))
+        cases.append((("report",), name, _with_file(name, lambda env, p: ["report", p, "-o",
+                                                                           str(env.root / "r.html")])))
     for kind in TRACE_KINDS:
         cases.append((("trace", "show"), f"trace-{kind}", lambda env, k=kind: ["trace", "show", str(env.traces[k])]))
         cases.append((("trace", "show"), f"trace-{kind}-json",
@@ -309,6 +311,8 @@ def _cases() -> list[Case]:
                       lambda env, k=kind: ["trace", "explain", str(env.traces[k]), "pkg1"]))
         cases.append((("trace", "diff"), f"trace-{kind}",
                       lambda env, k=kind: ["trace", "diff", str(env.trace), str(env.traces[k]), "--stage", "fuse"]))
+        cases.append((("report",), f"trace-{kind}",
+                      lambda env, k=kind: ["report", str(env.traces[k]), "-o", str(env.root / "r.html")]))
     for kind in DATASET_KINDS:
         cases.append((("eval",), f"dataset-{kind}",
                       lambda env, k=kind: ["eval", "lexical", "--dataset", str(env.datasets[k]), "--no-cache"]))
@@ -374,6 +378,16 @@ def _cases() -> list[Case]:
         (("trace", "show"), "stage-unknown", lambda env: ["trace", "show", str(env.trace), "--stage", "fusion"]),
         (("trace", "explain"), "record-unknown", lambda env: ["trace", "explain", str(env.trace), "nope"]),
         (("trace", "diff"), "stage-unknown", lambda env: ["trace", "diff", str(env.trace), "--stages", "dense", "x"]),
+        (("report",), "queries-beyond", lambda env: ["report", str(env.trace), "-o", str(env.root / "r.html"),
+                                                     "--queries", "9" * 20 + ":"]),
+        (("report",), "queries-garbage", lambda env: ["report", str(env.trace), "-o", str(env.root / "r.html"),
+                                                      "--queries", "1:2:3"]),
+        (("report",), "diff-one-file", lambda env: ["report", "--diff", str(env.trace), "-o", str(env.root / "r.html")]),
+        (("report",), "diff-stage-unknown", lambda env: ["report", "--diff", str(env.trace), str(env.trace), "-o",
+                                                         str(env.root / "r.html"), "--stage", "fusion"]),
+        (("report",), "out-in-a-corpus", lambda env: ["report", str(env.trace), "-o", str(env.corpus / "r.html")]),
+        (("report",), "out-is-a-directory", lambda env: ["report", str(env.trace), "-o", str(env.root)]),
+        (("report",), "top-zero", lambda env: ["report", str(env.trace), "-o", str(env.root / "r.html"), "--top", "0"]),
         (("shard",), "corpus-missing", lambda env: ["shard", str(env.root / "no-corpus"), "--shards", "2", "--out",
                                                     str(env.root / "s-m")]),
         (("shard",), "shards-zero", lambda env: ["shard", str(env.corpus), "--shards", "0", "--out",
@@ -402,7 +416,7 @@ def test_every_command_has_bad_input_cases() -> None:
     covered = {command for command, _, _ in CASES}
     assert commands <= covered, f"commands without bad-input cases: {sorted(commands - covered)}"
     assert {("index",), ("run",), ("validate",), ("graph",), ("recipes",), ("eval",), ("demo",), ("shard",),
-            ("trace", "show"), ("trace", "diff"), ("trace", "explain")} <= commands
+            ("trace", "show"), ("trace", "diff"), ("trace", "explain"), ("report",)} <= commands
 
 
 def _error_paragraph(text: str) -> str:

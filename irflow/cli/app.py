@@ -1,4 +1,4 @@
-"""The ``irflow`` command line: index, shard, run, eval, validate, graph, trace, demo.
+"""The ``irflow`` command line: index, shard, run, eval, validate, graph, trace, report, demo.
 
 Readable output by default, ``--json`` for machines.  A user mistake — a bad
 recipe, a missing corpus, a malformed ``--set``, any :class:`IrflowError`, a
@@ -12,6 +12,7 @@ unexpected exception is a bug and keeps its traceback.
     irflow run hybrid --corpus ./corpus --query "sql parser" --set k=5 --trace run.jsonl
     irflow trace show run.jsonl --stage fuse
     irflow trace diff run.jsonl --stages dense fuse
+    irflow report run.jsonl -o report.html
     irflow eval lexical hybrid --dataset ../shared/data/scifact --sweep rrf_k=10,60 --baseline lexical
     irflow run my.toml --plugin my_stages --corpus ./corpus -q "sql parser"   # my_stages registers a kind
 
@@ -48,7 +49,7 @@ from irflow.store.corpus import build
 from irflow.util.corpusmarks import CORPUS, refuse_inside_corpus
 from irflow.util.fileio import explain_os_error, loads_json
 from irflow.util.table import render_table
-from irflow.util.unicode import json_text
+from irflow.util.unicode import escape_controls, json_text
 
 __all__ = ["main", "UserError", "parse_sets", "parse_sweeps"]
 
@@ -288,8 +289,8 @@ def run(recipe: str, corpus_path: str, queries: tuple[str, ...], settings: dict[
         hits = per_query[q]
         if q:
             click.echo("")
-        click.echo(f"query {q}: {text!r} — {len(hits)} hit{'' if len(hits) == 1 else 's'} "
-                   f"(recipe {the_recipe.name}, corpus {corpus.name})")
+        click.echo(escape_controls(f"query {q}: {text!r} — {len(hits)} hit{'' if len(hits) == 1 else 's'} "
+                           f"(recipe {the_recipe.name}, corpus {corpus.name})"))  # names shown, never obeyed
         if hits:
             click.echo(_hits_table(hits))
         for explanation in explanations[q]:
@@ -414,6 +415,9 @@ def parse_sweeps(ctx: click.Context | None, param: click.Parameter | None,
               help="Compare every system with this one (a label or another recipe): paired tests, Holm-corrected.")
 @click.option("--runs", "runs_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write each system's ranking as a TREC run file into this directory.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the evaluation as one self-contained HTML page: metrics, significance, per-query "
+                   "differences, the worst and best queries with their hits, the settings.")
 @click.option("--cache/--no-cache", default=True, show_default=True,
               help="Reuse the corpus built for this collection and settings ($IRFLOW_HOME/cache/eval).")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
@@ -424,10 +428,13 @@ def parse_sweeps(ctx: click.Context | None, param: click.Parameter | None,
 def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: str, settings: dict[str, Any],
                  sweeps: dict[str, list[Any]], embedder: str | None, analyzer: str | None, title_mode: str,
                  depth: int, batch_size: int, holdout: str | None, holdout_seed: int, baseline: str | None,
-                 runs_dir: Path | None, cache: bool, progress: bool | None, as_json: bool, ray: str | None) -> None:
+                 runs_dir: Path | None, report_path: Path | None, cache: bool, progress: bool | None, as_json: bool,
+                 ray: str | None) -> None:
     """Evaluate RECIPEs (files or built-in names) on a test collection and print the metrics."""
     if runs_dir is not None:
         refuse_inside_corpus(runs_dir, "run folder")  # said before the evaluation, not after it
+    if report_path is not None:
+        refuse_inside_corpus(report_path, "report")
     show = sys.stderr.isatty() if progress is None else progress
     collection = load_beir(dataset, split)
     queries = None
@@ -439,7 +446,7 @@ def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: st
         result = evaluate(list(recipes), collection, metrics=metrics, params=settings, sweep=sweeps or None,
                           embedder=spec, analyzer=analyzer,
                           title_mode=title_mode, batch_size=batch_size, depth=depth, queries=queries, progress=show,
-                          use_cache=cache, baseline=baseline, ray=ray, keep_runs=runs_dir is not None,
+                          use_cache=cache, baseline=baseline, ray=ray, keep_runs=runs_dir is not None or report_path is not None,
                           plugins=click.get_current_context().meta.get(PLUGINS_META, ()))
     except ParameterError as error:  # a --set or --sweep value, written as on the command line
         raise UserError(error.message(lambda name, value: _set_label(name, value)[len("--set "):])) from None
@@ -451,6 +458,9 @@ def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: st
         except OSError as error:  # the folder could not be made
             raise UserError(f"cannot write the runs: {explain_os_error(error)}") from None
         click.echo(f"{len(written)} run file{'' if len(written) == 1 else 's'} written to {runs_dir}", err=True)
+    if report_path is not None:
+        result.to_html(report_path, collection=collection)  # atomic; an OutputError names the file and the fix
+        click.echo(f"report written to {report_path}; open it in a browser", err=True)
     if as_json:
         echo_json(json.dumps(result.summary(), indent=2))
         return
@@ -509,9 +519,11 @@ def demo(queries: tuple[str, ...], filter_json: str | None, mode: str | None, tr
 
 # --------------------------------------------------------------------------
 
+from irflow.cli.report import report  # noqa: E402  (the "report" command lives in its own module)
 from irflow.cli.trace import trace  # noqa: E402  (the "trace" group lives in its own module)
 
 main.add_command(trace)
+main.add_command(report)
 main.add_command(shard_command)
 utf8_parameters(main)  # every plain string parameter is UTF-8 text (paths are declared PATH_TEXT)
 

@@ -2,7 +2,7 @@
 
 Everything here reads the JSON Lines file alone (no corpus, nothing re-run):
 
-    irflow trace show run.jsonl [--stage fuse] [--query 1]
+    irflow trace show run.jsonl [--stage fuse] [--query 1 | --query all]
     irflow trace diff run.jsonl --stages dense fuse
     irflow trace diff old.jsonl new.jsonl --stage collapse
     irflow trace explain run.jsonl RECORD_OR_ARTIFACT [--query 1]
@@ -36,25 +36,44 @@ def trace() -> None:
     """Read a trace file (irflow run --trace FILE): show, diff, explain."""
 
 
+class _QueryChoice(click.ParamType):
+    """A query index (0, 1, ...) or ``all``."""
+
+    name = "INDEX|all"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int | None:
+        if value is None or isinstance(value, int) or (isinstance(value, str) and value.lower() == "all"):
+            return None if isinstance(value, str) else value
+        try:
+            return int(str(value))
+        except ValueError:
+            self.fail(f"{value!r} is neither a query index (0, 1, ...) nor 'all'", param, ctx)
+
+
 @trace.command()
 @click.argument("file", type=_FILE)
 @click.option("--stage", default=None, help="Only this stage (its parameters and top candidates).")
-@click.option("--query", "query", type=int, default=0, show_default=True, help="Query index in the run.")
+@click.option("--query", "query", type=_QueryChoice(), default=0, show_default=True,
+              help="Query index in the run, or 'all' for every query.")
 @click.option("--limit", type=click.IntRange(min=1), default=10, show_default=True, help="Candidates per stage.")
 @click.option("--json", "as_json", is_flag=True, help="Print the trace lines for this query (and stage) as JSON.")
 @machine_readable
-def show(file: Path, stage: str | None, query: int, limit: int, as_json: bool) -> None:
-    """Print the stages of a trace: summary table and top candidates."""
+def show(file: Path, stage: str | None, query: int | None, limit: int, as_json: bool) -> None:
+    """Print the stages of a trace: summary table and top candidates.
+
+    A stage switched off, or one that passed its input through unchanged, is one line.
+    """
     loaded = Trace.load(file)
+    queries = range(loaded.n_queries) if query is None else [loaded.check_query(query)]
     if as_json:
-        query = loaded.check_query(query)
         if stage is not None:
             loaded.event(stage)  # an unknown stage is an error listing the stages
+        wanted = set(queries)
         lines = [r for r in loaded.records()[1:]
-                 if r["query_index"] == query and (stage is None or r["stage"] == stage)]
+                 if r["query_index"] in wanted and (stage is None or r["stage"] == stage)]
         _echo_json({"header": loaded.records()[0], "stages": lines})
         return
-    click.echo(loaded.table(stage=stage, query=query, limit=limit))
+    click.echo("\n\n".join(loaded.table(stage=stage, query=q, limit=limit) for q in queries))
 
 
 @trace.command()

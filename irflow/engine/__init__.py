@@ -15,10 +15,12 @@ and nothing of the seed API, the evaluation harness or the command line):
 - ``instantiate``, ``graph``, ``facts``, ``validate``, ``pipeline``, ``params``:
   building stage objects, the DAG, what validation learns, validation as a
   list of checks, the validated pipeline, a run's parameters;
-- ``events``, ``values``, ``explain``, ``diff``, ``shortfall``, ``tracecheck``,
-  ``tracefile``, ``trace``, ``result``: what a run records and returns
-  (``shortfall``: the queries that got fewer than ``k`` hits while more
-  match), and how it is explained, diffed, dumped, checked and loaded;
+- ``events``, ``values``, ``positions``, ``explain``, ``diff``, ``shortfall``, ``tracecheck``,
+  ``tracefile``, ``stageview``, ``trace``, ``result``: what a run records and returns
+  (``shortfall``: the queries that got fewer than ``k`` hits while more match), and how it is
+  explained, diffed, dumped, checked, loaded and shown; the sub-package
+  ``report`` (between ``explain`` and ``diff``: ``diff``, ``trace`` and ``result`` use it,
+  ``batches`` its notebook view of a batch) makes their HTML pages and notebook views;
 - ``plan``: the plan of an untraced run (stages switched off, passed through, run);
 - ``executor``: runs the stages an output needs, once per batch;
 - ``recipe``: the :class:`Recipe` facade (load, validate, run) and the builder.

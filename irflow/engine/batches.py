@@ -35,6 +35,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from irflow.engine.report.batchview import candidates_view
 from irflow.engine.scale import Scale
 from irflow.errors import ArgumentError
 
@@ -202,6 +203,8 @@ class QueryBatch:
     @property
     def is_root(self) -> bool:
         """True when this is the raw batch (no reformulation)."""
+        if self._raw:  # made by QueryBatch.of: the root by construction
+            return True
         return self.texts == self.originals and bool(np.array_equal(self.origin, np.arange(len(self.texts))))
 
     def root(self) -> "QueryBatch":
@@ -601,6 +604,10 @@ class Candidates:
         return True
 
     __hash__ = None  # type: ignore[assignment]
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: the scale and counts, the top rows of the first queries with their provenance."""
+        return candidates_view(self)
 
     def __repr__(self) -> str:
         state = "" if self.active else ", inactive"

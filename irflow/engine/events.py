@@ -48,7 +48,9 @@ def is_inactive(value: Any) -> bool:
 class StageEvent:
     """One stage of a traced run.
 
-    ``status`` is ``"ran"``, ``"cached"`` (output reused from a StageCache),
+    ``status`` is ``"ran"``, ``"passed"`` (it ran and returned an input
+    unchanged, as it declares for these parameters: no reranker, no boost,
+    one channel to fuse), ``"cached"`` (output reused from a StageCache),
     ``"override"`` (output injected by the caller) or ``"inactive"`` (its
     ``when`` did not hold or a required input was inactive).  ``inputs`` maps
     each upstream name (``"query"`` for the raw batch) to the value the stage

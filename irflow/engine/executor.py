@@ -367,6 +367,8 @@ class _Run:
                 self.keys[name] = ("inactive", name)
         else:
             output, status = self._cached_or_run(name, stage, kwargs)
+            if status == "ran" and _returned_input(stage, kwargs, live, output):
+                status = "passed"  # it had nothing to do (no reranker, one channel): a trace says so
         self.outputs[name] = output
         if self.recorder is not None:
             elapsed = (time.perf_counter() - start) * 1000.0
@@ -445,6 +447,17 @@ class _Run:
             return (name, type(stage).kind, type(stage), cache_key(stage.params()), input_keys, self.corpus_key)
         except UnkeyableError:  # a parameter too deep to key: run the stage, never guess
             return None
+
+
+def _returned_input(stage: Stage, kwargs: Mapping[str, Any], live: Mapping[str, int], output: Any) -> bool:
+    """Whether ``output`` is the very input the stage declares it passes through (``Stage.passes_through``)."""
+    port = stage.passes_through(live)
+    if port is None or port not in kwargs:
+        return False
+    value = kwargs[port]
+    if isinstance(value, dict):
+        return len(value) == 1 and next(iter(value.values())) is output
+    return value is output
 
 
 def _as_planned(outputs: Mapping[str, Any], step: Step) -> bool:

@@ -73,6 +73,7 @@ from typing import Any
 
 import attrs
 
+from irflow.engine.report.reprs import recipe_view
 from irflow.engine.executor import StageCache, run_recipe
 from irflow.engine.formats import file_error, read_toml, read_yaml
 from irflow.engine.kinds import _source_subpackage
@@ -181,6 +182,10 @@ class Recipe(RecipeSpec):
     def pipeline(self) -> Pipeline:
         """The validated :class:`irflow.engine.pipeline.Pipeline` (built once per recipe object)."""
         return Pipeline.of(self)
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: the DAG and one row per stage."""
+        return recipe_view(self)
 
     def run(self, corpus: Any, query_or_queries: str | Sequence[str], *, trace: bool = False,
             overrides: Mapping[str, Any] | None = None, cache: StageCache | None = None, output: str | None = None,

@@ -15,7 +15,8 @@ fewer than ``k`` hits while more may match, and the ``fetch_k`` that gives
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -24,10 +25,14 @@ import numpy as np
 from irflow.engine.batches import Candidates, QueryBatch
 from irflow.engine.explain import Explanation, explain_result
 from irflow.engine.model import QUERY_NODE, RecipeSpec
+from irflow.engine.report.extract import Caps
+from irflow.engine.report.reprs import result_view
+from irflow.engine.report.tracepage import output_event, result_page, trace_page
 from irflow.engine.shortfall import Shortfall
 from irflow.engine.trace import Trace
 from irflow.errors import IrflowError
 from irflow.store.protocol import CorpusProtocol
+from irflow.util.fileio import write_atomic
 
 __all__ = ["Result"]
 
@@ -132,6 +137,28 @@ class Result:
         >>> print(result.explain(result.hits[0]))   # doctest: +SKIP
         """
         return explain_result(self, hit, query=query)
+
+    def to_html(self, path: str | os.PathLike[str] | None = None, *, queries: Sequence[int] | range | None = None,
+                top: int = 50, paths: int = 10) -> str:
+        """This result as one self-contained HTML page (returned; written atomically to ``path`` when given).
+
+        A traced run's page is its trace's (:meth:`Trace.to_html`: every
+        stage); an untraced run's shows the output stage's candidates and each
+        hit's path from the provenance columns it carries.
+        """
+        caps = Caps(top=top, paths=paths)
+        if self.trace is not None:
+            html = trace_page(self.trace, queries=queries, caps=caps)
+        else:
+            trace = Trace(self.recipe, self.queries, self.params, self.corpus)
+            trace.append(output_event(self))
+            html = result_page(self, trace, queries=queries, caps=caps)
+        if path is not None:
+            write_atomic(path, html, "report")
+        return html
+
+    def _repr_html_(self) -> str:
+        return result_view(self)
 
     def __repr__(self) -> str:
         return (f"Result(recipe={self.recipe.name!r}, queries={len(self.queries)}, "

@@ -15,15 +15,19 @@ JSON Lines schema (``Trace.dump``; ``format_version`` 1).  Line 1 is the header:
      "corpus": "name" | null, "n_rows": 40 | null, "irflow_version": "0.1.0",
      "stages": ["candidates", "dense", ...],
      "short": [{"query_index": 0, "query": "q0", "got": 4, "k": 5, "per_artifact": true,
-                "fetch_k": 50, "needed": 73, "gives": 5, "reason": "depth", "message": "..."}]}
+                "fetch_k": 50, "needed": 73, "gives": 5, "reason": "depth", "message": "..."}],
+     "excerpts": {"<row>": "the record's text, cut to 160 characters", ...}}
 
 (``short``: the queries that got fewer than ``k`` hits while more may match,
 :class:`~irflow.engine.shortfall.Shortfall`; absent in older files.)
+``excerpts`` holds once per record (by corpus row) the start of its text, which
+tables show beside the record id; a file written before excerpts existed has
+none and loads the same (its tables show the ids alone).
 
 then one line per (stage, original query), stages in execution order::
 
     {"type": "stage", "stage": "fuse", "kind": "fuse", "query": "q0", "query_index": 0,
-     "status": "ran" | "cached" | "override" | "inactive",
+     "status": "ran" | "passed" | "cached" | "override" | "inactive",   # passed: an input unchanged
      "elapsed_ms": 0.4,                  # the stage's time for the whole batch (it runs once)
      "params": {...},                    # JSON-safe: callables as "<module.name>", numpy as lists
      "ports": {"inputs": ["dense", "lexical"]},
@@ -55,8 +59,8 @@ import numpy as np
 
 from irflow.engine.batches import Candidates, QueryBatch
 from irflow.engine.events import INACTIVE, StageEvent
-from irflow.engine.tracecheck import MAX_STRING_ITEMSIZE, check_header, check_identity, check_same_as_first, \
-    check_stage_line, column_dtype
+from irflow.engine.tracecheck import MAX_STRING_ITEMSIZE, check_excerpts, check_header, check_identity, \
+    check_same_as_first, check_stage_line, column_dtype
 from irflow.engine.shortfall import Shortfall
 from irflow.engine.values import Summary, json_float, jsonable
 from irflow.errors import TraceError, TraceFileNotFound
@@ -240,13 +244,15 @@ def read_trace_file(path: str | os.PathLike[str], *, max_bytes: int = MAX_TRACE_
 
 @attrs.frozen
 class ParsedTrace:
-    """What a trace's records hold: the header, the original queries, each row's identity, the stage events."""
+    """What a trace's records hold: the header, the original queries, each row's identity, the stage events,
+    and the rows' text excerpts (none in a file written before they existed)."""
 
     header: dict[str, Any]
     originals: tuple[str, ...]
     rows: dict[int, tuple[str, str, str]]
     events: list[StageEvent]
     short: tuple[Shortfall, ...] = ()
+    excerpts: dict[int, str] = attrs.field(factory=dict)
 
 
 def parse_trace_records(records: Iterable[Mapping[str, Any]], *, source: str = "<records>",
@@ -301,7 +307,12 @@ def parse_trace_records(records: Iterable[Mapping[str, Any]], *, source: str = "
     except (KeyError, TypeError, ValueError, IndexError, OverflowError) as error:
         raise TraceError(f"{where}: a stage line is malformed ({type(error).__name__}: {error}); "
                          "the file was not written by Trace.dump, or was edited") from None
-    return ParsedTrace(header, originals, rows, events, short)
+    try:
+        excerpts = check_excerpts(header.get("excerpts"), rows)
+    except TraceError as error:
+        raise TraceError(f"{source}:{numbers[0]}: the header is malformed: {error}; the file was not written by "
+                         "Trace.dump, or was edited") from None
+    return ParsedTrace(header, originals, rows, events, short, excerpts)
 
 
 def _shortfalls(entries: Any, n_queries: int, where: str) -> tuple[Shortfall, ...]:

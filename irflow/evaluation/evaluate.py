@@ -347,7 +347,15 @@ def evaluate(
         systems.append(_system(plan.label, plan.recipe.name, plan.params, qids, parsed, done.table(len(parsed)),
                                run, done.seconds))
     return Evaluation(collection.name, collection.split, tuple(str(m) for m in parsed), the_depth, qrels,
-                      tuple(systems), base_label, source, stage_cache, merged=tuple(merged))
+                      tuple(systems), base_label, source, stage_cache, merged=tuple(merged),
+                      settings=_settings(corpus, title_mode))
+
+
+def _settings(corpus: Any, title_mode: str) -> dict[str, Any]:
+    """How the corpus was built, as a report says it (the embedder's spec, the analyzer's name, the title mode)."""
+    analyzer = getattr(corpus, "analyzer", None)
+    return {"embedder": getattr(corpus, "embedder_spec", None) or "none",
+            "analyzer": getattr(analyzer, "name", None), "title_mode": title_mode}
 
 
 def evaluate_runs(

@@ -22,6 +22,7 @@ from irflow.engine.executor import StageCache
 from irflow.evaluation.cache import CorpusSource
 from irflow.evaluation.trec import write_trec_run
 from irflow.evaluation.metrics import EvaluationError, Run, parse_metrics
+from irflow.evaluation.report import evaluation_page, evaluation_view
 from irflow.evaluation.significance import CORRECTIONS, DEFAULT_PERMUTATIONS, Comparison, compare_many
 from irflow.util.corpusmarks import refuse_inside_corpus
 from irflow.util.fileio import write_atomic
@@ -78,6 +79,17 @@ class Comparisons:
         ``sig`` is ``"better"`` / ``"worse"`` when both adjusted p-values are
         below ``alpha`` (a significant gain / loss), blank otherwise.
         """
+        headers, rows = self.rows()
+        return self.title + "\n" + render_table(headers, rows, max_width=60, right=headers[2:8])
+
+    @property
+    def title(self) -> str:
+        """The line above the table: the baseline, the tests, the correction, what ``sig`` means."""
+        return (f"vs baseline {self.baseline}: paired t-test and randomization test "
+                f"({self.correction} correction across systems per metric; sig: both p < {self.alpha})")
+
+    def rows(self) -> tuple[list[str], list[list[str]]]:
+        """The table's headers and rows, as text (what :meth:`table` prints and a report shows)."""
         rows = []
         for label, per_metric in self.results.items():
             for metric in self.metrics:
@@ -88,10 +100,7 @@ class Comparisons:
                              _p(c.t_p_adjusted), _p(c.rand_p_adjusted), f"{c.wins}/{c.losses}/{c.ties}", sign])
         headers = ["system", "metric", "baseline", "system mean", "diff", f"p t ({self.correction})",
                    f"p rand ({self.correction})", "W/L/T", "sig"]
-        title = (f"vs baseline {self.baseline}: paired t-test and randomization test "
-                 f"({self.correction} correction across systems per metric; sig: both p < {self.alpha})")
-        return title + "\n" + render_table(headers, rows, max_width=60,
-                                           right=headers[2:8])
+        return headers, rows
 
     def to_dict(self) -> dict[str, Any]:
         """``{label: {metric: {mean_diff, t_p, rand_p, t_p_adjusted, rand_p_adjusted, wins, losses, ties, n}}}``."""
@@ -151,6 +160,8 @@ class Evaluation:
     stage_cache: StageCache | None = attrs.field(default=None, repr=False)
     #: sweep settings that cannot differ, evaluated once: (label kept, labels merged, parameters without effect)
     merged: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = ()
+    #: how the corpus was built and the queries run (embedder, analyzer, title mode, batch size): what a report says
+    settings: Mapping[str, Any] = attrs.field(factory=dict)
 
     # -- access --------------------------------------------------------------
 
@@ -311,6 +322,25 @@ class Evaluation:
         manifest = {**self.summary(), "files": {label: path.name for label, path in written.items()}}
         _write_json(root / "runs.json", manifest, "runs manifest")
         return written
+
+    def to_html(self, path: str | os.PathLike[str] | None = None, *, collection: Any = None) -> str:
+        """This evaluation as one self-contained HTML page (returned; written atomically to ``path`` when given).
+
+        The metric table with the best marked and, against the baseline, the
+        significance tests as :meth:`table` and :meth:`compare` print them; the
+        per-query differences between systems as sorted charts; the worst and
+        best queries with their hits; the settings (dataset, depth, embedder,
+        analyzer).  ``collection`` (the :class:`~irflow.evaluation.datasets.Collection`
+        evaluated) adds the query texts and document titles.
+        """
+        html = evaluation_page(self, collection=collection)
+        if path is not None:
+            write_atomic(path, html, "report")
+        return html
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: the metric table and, against the baseline, the significance table."""
+        return evaluation_view(self)
 
     def __str__(self) -> str:
         return self.table()
