@@ -49,11 +49,11 @@ def _headings(text: str) -> list[str]:
 def test_a_stage_that_returns_its_input_is_recorded_as_passed(lexical):
     status = {event.name: event.status for event in lexical.trace}
     assert status == {"formulate": "passed", "candidates": "ran", "dense": "inactive", "lexical": "ran",
-                      "fuse": "passed", "weight": "ran", "rerank": "passed", "boost": "passed",
+                      "fuse": "passed", "weight": "passed", "rerank": "passed", "boost": "passed",
                       "collapse": "ran"}
     assert lexical.trace.event("fuse").output is lexical.trace.event("lexical").output
     assert lexical.trace.event("boost").output is lexical.trace.event("weight").output
-    # weight ran (it cuts to fetch_k: nothing to cut here) and returned an equal batch: read as passed through
+    # weight has no weights and no cut (a channel that fetched deeper keeps what it fetched): passed through
     assert lexical.trace.stage("weight").passed_from == "fuse" and lexical.trace.stage("weight").state == "passed"
     assert lexical.trace.stage("collapse").passed_from is None and lexical.trace.stage("dense").passed_from is None
 
