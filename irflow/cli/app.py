@@ -42,7 +42,7 @@ from irflow.engine.trace import jsonable
 from irflow.errors import InputError, IrflowError, ParameterError, RecipeError
 from irflow.evaluation.datasets import load_beir
 from irflow.evaluation.evaluate import evaluate, holdout_split
-from irflow.kernels.embedders import cli_default_embedder
+from irflow.kernels.embedders import AUTO
 from irflow.shard import open_corpus  # plain and sharded corpora alike
 from irflow.store.corpus import build
 from irflow.util.corpusmarks import CORPUS, refuse_inside_corpus
@@ -198,8 +198,7 @@ def index(input_path: Path, out: Path, embedder: str | None, analyzer: str | Non
                         f"{', all bad' if found.bad else ''}); write one JSON object per line, e.g. "
                         '{"artifact_id": "unbox", "surface_kind": "description", "text": "Unpack any archive."}')
     records = found.records
-    spec = _embedder_option(embedder)
-    corpus = build(records, embedder=spec, analyzer=analyzer, path=out, name=name, progress=show)
+    corpus = build(records, embedder=_embedder_option(embedder), analyzer=analyzer, path=out, name=name, progress=show)
     summary: dict[str, Any] = {"path": str(out), "name": corpus.name, "records": len(corpus),
                "artifacts": len({r.artifact_id for r in records}), "kinds": list(corpus.kinds),
                "embedder": corpus.embedder_spec, "dim": corpus.dim, "analyzer": corpus.analyzer.name,
@@ -209,24 +208,20 @@ def index(input_path: Path, out: Path, embedder: str | None, analyzer: str | Non
     else:
         source = "BEIR documents" if found.format == "beir" else "records"
         click.echo(f"indexed {summary['records']} records ({summary['artifacts']} artifacts; kinds "
-                   f"{', '.join(summary['kinds'])}) from {source} into {out} (embedder {spec or 'none'}, analyzer "
+                   f"{', '.join(summary['kinds'])}) from {source} into {out} (embedder {summary['embedder'] or 'none'}, analyzer "
                    f"{summary['analyzer']})")
 
 
-def _embedder_option(embedder: str | None, *, needed: bool = True) -> str | None:
-    """The spec an --embedder option names: "none" -> None; not given -> $IRFLOW_EMBEDDER, the installed model, else "hash".
+def _embedder_option(embedder: str | None) -> str | None:
+    """The spec an --embedder option names: "none" -> None (lexical-only); not given -> "auto".
 
-    The fallback to "hash" is said once on stderr, with the command that installs the model;
-    when no vectors are ``needed`` (no dense stage) nothing is embedded and nothing is said.
+    "auto" is the default of every entry point, Python's too
+    (:func:`irflow.kernels.embedders.default_embedder`: $IRFLOW_EMBEDDER, the installed
+    model, else "hash", the fallback said once as a warning line on stderr).
     """
-    if embedder is not None:
-        return None if embedder.lower() == "none" else embedder
-    if not needed:
-        return None
-    spec, note = cli_default_embedder()
-    if note:
-        click.echo(note, err=True)
-    return None if spec.lower() == "none" else spec
+    if embedder is None:
+        return AUTO
+    return None if embedder.lower() == "none" else embedder
 
 
 # --------------------------------------------------------------------------
@@ -272,7 +267,7 @@ def run(recipe: str, corpus_path: str, queries: tuple[str, ...], settings: dict[
                    f"quer{'y' if len(queries) == 1 else 'ies'})", err=True)
     explanations = [[result.explain(hit, query=q) for hit in hits[:explain_n]] for q, hits in enumerate(per_query)]
     if as_json:
-        data = {"recipe": the_recipe.name, "corpus": corpus.name, "params": result.params,
+        data = {"recipe": the_recipe.name, "corpus": corpus.name, **corpus.settings.to_dict(), "params": result.params,
                 "trace": None if trace_path is None else str(trace_path),
                 "queries": [{"query": text, "query_index": q,
                              "hits": [{"rank": i, **h.to_dict()} for i, h in enumerate(per_query[q], start=1)],
@@ -285,7 +280,7 @@ def run(recipe: str, corpus_path: str, queries: tuple[str, ...], settings: dict[
         if q:
             click.echo("")
         click.echo(f"query {q}: {text!r} — {len(hits)} hit{'' if len(hits) == 1 else 's'} "
-                   f"(recipe {the_recipe.name}, corpus {corpus.name})")
+                   f"(recipe {the_recipe.name}, corpus {corpus.name}; {corpus.settings})")
         if hits:
             click.echo(_hits_table(hits))
         for explanation in explanations[q]:
@@ -333,16 +328,36 @@ def graph(recipe: str, fmt: str) -> None:
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True, help='Print [{"name": ..., "description": ...}, ...].')
+@click.option("--json", "as_json", is_flag=True,
+              help='Print [{"name": ..., "description": ..., "fusion": {...} or null}, ...].')
 @machine_readable
 def recipes(as_json: bool) -> None:
-    """List the built-in recipes."""
-    found = [(name, load_recipe(name, validate=False).description) for name in builtin_recipes()]
+    """List the built-in recipes, and how each hybrid fuses its channels."""
+    found = [(name, load_recipe(name)) for name in builtin_recipes()]
     if as_json:
-        echo_json(_dumps([{"name": name, "description": text} for name, text in found]))
+        echo_json(_dumps([{"name": name, "description": recipe.description, "fusion": recipe.fusion()}
+                          for name, recipe in found]))
         return
-    for name, text in found:
-        click.echo(f"{name}: {text}")
+    for name, recipe in found:
+        click.echo(f"{name}: {recipe.description}")
+        fusion = recipe.fusion()
+        if fusion is not None:
+            click.echo(f"    {_fusion_line(fusion)}")
+
+
+def _fusion_line(fusion: dict[str, Any]) -> str:
+    """``fusion: blend (alpha=0.5, bm25_sat_k=16.0: cosine plus saturated BM25); --set fusion=rrf for RRF``."""
+    method = fusion["method"]
+    settings = ", ".join(f"{k}={v}" for k, v in fusion.items() if k not in ("stage", "method", "choices", "when"))
+    when = " and ".join(f"{k}={'|'.join(map(str, v))}" for k, v in fusion["when"].items())
+    switch = "".join(f"; --set fusion={c} for {_FUSION_NAMES.get(c, (c, ''))[0]}"
+                     for c in fusion["choices"] if c != method)
+    name, how = _FUSION_NAMES.get(method, (method, ""))
+    return f"fusion{f' when {when}' if when else ''}: {name} ({settings}{how}){switch}"
+
+
+#: How ``irflow recipes`` names a fusion method, and what it adds up.
+_FUSION_NAMES = {"rrf": ("RRF", ": reciprocal ranks"), "blend": ("blend", ": cosine plus saturated BM25")}
 
 
 # --------------------------------------------------------------------------
@@ -430,10 +445,9 @@ def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: st
     if holdout is not None:
         tune, test = holdout_split(collection.eval_queries, seed=holdout_seed)
         queries = tune if holdout == "tune" else test
-    spec = _embedder_option(embedder, needed=_needs_vectors(recipes, baseline))
     try:
         result = evaluate(list(recipes), collection, metrics=metrics, params=settings, sweep=sweeps or None,
-                          embedder=spec, analyzer=analyzer,
+                          embedder=_embedder_option(embedder), analyzer=analyzer,
                           title_mode=title_mode, batch_size=batch_size, depth=depth, queries=queries, progress=show,
                           use_cache=cache, baseline=baseline, ray=ray, keep_runs=runs_dir is not None,
                           plugins=click.get_current_context().meta.get(PLUGINS_META, ()))
@@ -459,24 +473,6 @@ def eval_command(recipes: tuple[str, ...], dataset: str, split: str, metrics: st
     if result.baseline is not None and len(result) > 1:
         click.echo("")
         click.echo(result.compare().table())
-
-
-def _needs_vectors(recipes: Sequence[str], baseline: str | None) -> bool:
-    """Whether any recipe (or a baseline that is a recipe) has a dense stage, so the corpus needs vectors.
-
-    A recipe that cannot be loaded counts as needing them (evaluate() reports on it); a baseline
-    that is not a recipe is a label of one of ``recipes``, which decide.
-    """
-    for name, required in [*((r, True) for r in recipes), *([(baseline, False)] if baseline else [])]:
-        try:
-            stages = load_recipe(name, validate=False).stages.values()
-        except IrflowError:
-            if required:
-                return True
-            continue
-        if any(stage.kind == "dense" for stage in stages):
-            return True
-    return False
 
 
 # --------------------------------------------------------------------------

@@ -12,8 +12,14 @@ JSON Lines schema (``Trace.dump``; ``format_version`` 1).  Line 1 is the header:
     {"type": "header", "format": "irflow-trace", "format_version": 1,
      "recipe": "hybrid", "recipe_source": "recipes/hybrid.toml", "recipe_dict": {...},
      "params": {...resolved recipe parameters...}, "queries": ["q0", "q1"],
-     "corpus": "name" | null, "n_rows": 40 | null, "irflow_version": "0.1.0",
+     "corpus": "name" | null, "n_rows": 40 | null,
+     "embedder": "onnx:all-MiniLM-L6-v2" | "none" | null, "analyzer": "english" | null,
+     "irflow_version": "0.1.0",
      "stages": ["candidates", "dense", ...]}
+
+``embedder`` and ``analyzer`` name what the corpus ranked with (its
+:class:`~irflow.store.protocol.CorpusSettings`); files written before they
+existed load with both None.
 
 then one line per (stage, original query), stages in execution order::
 

@@ -47,12 +47,15 @@ outputs need (see :mod:`irflow.evaluation.runs`).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 
 from irflow.engine.executor import StageCache
@@ -63,7 +66,9 @@ from irflow.evaluation.on_ray import evaluate_batches_on_ray
 from irflow.evaluation.plans import Plan
 from irflow.evaluation.plans import plan as plan_systems
 from irflow.evaluation.results import Comparisons, Evaluation, SystemResult
-from irflow.evaluation.runs import LARGE_RUNS_BYTES, BatchScorer, ColumnarRun, DocIds, RankedBatch, run_batch, run_bytes
+from irflow.evaluation.runs import LARGE_RUNS_BYTES, BatchOutcome, BatchScorer, ColumnarRun, DocIds, RankedBatch, \
+    RunProfile, profile_of, run_batch, run_bytes
+from irflow.kernels.embedders import AUTO, default_embedder
 from irflow.shard.ray_backend import connect as connect_to_ray
 from irflow.util.unicode import check_text
 
@@ -151,29 +156,68 @@ def _select_queries(collection: Collection, queries: Iterable[str] | None) -> di
 
 
 def _system(label: str, recipe: str, params: Mapping[str, Any], qids: Sequence[str], metrics: tuple[Metric, ...],
-            values: np.ndarray, run: Run | None, seconds: float) -> SystemResult:
+            values: np.ndarray, run: Run | None, seconds: float, profile: RunProfile | None = None) -> SystemResult:
     """A SystemResult from the per-query values (queries x metrics, in ``qids`` order)."""
     table = {str(m): dict(zip(qids, values[:, j].tolist())) for j, m in enumerate(metrics)}
     means = {name: math.fsum(column.values()) / len(column) for name, column in table.items()}
-    return SystemResult(label, recipe, dict(params), means, table, run, seconds)
+    return SystemResult(label, recipe, dict(params), means, table, run, seconds, profile)
 
 
 class _Measured:
-    """What one system's runs leave: per batch its per-query values, its rankings when kept; its seconds."""
+    """What one system's runs leave: per batch its per-query values, its rankings when kept, its profile; seconds."""
 
     def __init__(self) -> None:
         self.values: list[np.ndarray] = []
         self.ranked: list[RankedBatch] = []
+        self.outcomes: list[BatchOutcome] = []
         self.seconds = 0.0
 
-    def add(self, values: np.ndarray, ranked: RankedBatch | None, seconds: float) -> None:
-        self.values.append(values)
-        if ranked is not None:
-            self.ranked.append(ranked)
-        self.seconds += seconds
+    def add(self, outcome: BatchOutcome) -> None:
+        self.values.append(outcome.values)
+        if outcome.ranked is not None:
+            self.ranked.append(outcome.ranked)
+        # the rest of the outcome is a digest and a depth per query: kept without its rankings
+        self.outcomes.append(attrs.evolve(outcome, ranked=None, values=outcome.values[:0]))
+        self.seconds += outcome.seconds
 
     def table(self, n_metrics: int) -> np.ndarray:
         return np.concatenate(self.values) if self.values else np.zeros((0, n_metrics))
+
+
+#: Built-in stage kinds that never read a corpus's vectors: recipes of these alone need no embedder.
+_LEXICAL_KINDS = frozenset({"formulate", "filter", "lexical", "fuse", "weight", "rerank", "boost", "collapse",
+                            "expand"})
+
+
+def _corpus_embedder(embedder: Any, plans: Sequence[Plan]) -> Any:
+    """The embedder to build the corpus with: ``"auto"`` decided now, once, or None when no system reads vectors.
+
+    One decision for the whole evaluation (and every Ray actor); without a
+    dense stage (or a stage kind irflow does not know, which might embed)
+    the default embeds nothing and says nothing: the figures cannot change.
+    """
+    if not (isinstance(embedder, str) and embedder.strip().lower() == AUTO):
+        return embedder
+    kinds = {spec.kind for p in plans for spec in p.recipe.stages.values()}
+    return default_embedder() if kinds - _LEXICAL_KINDS else None
+
+
+def _fusion_named(plan: Plan, profile: RunProfile) -> RunProfile:
+    """``profile`` with a "mixed" scale named by the fusion the system runs.
+
+    A batch is "mixed" when a fusion passed one channel through for some
+    queries (BM25 found nothing for them): the system still ranks by its
+    fusion, which is what the table should name.
+    """
+    parts = (profile.scale or "").split("+")
+    if "mixed" not in parts:
+        return profile
+    fusion = plan.recipe.fusion(plan.params)
+    values = plan.recipe.resolve_params(plan.params)
+    if fusion is None or any(values.get(key) not in allowed for key, allowed in fusion["when"].items()):
+        return profile
+    named = list(dict.fromkeys(fusion["method"] if part == "mixed" else part for part in parts))
+    return attrs.evolve(profile, scale="+".join(named))
 
 
 def _progress(title: str | None, total: int) -> Any:
@@ -200,7 +244,7 @@ def _measure_plans(plans: Sequence[Plan], corpus: Any, queries: Mapping[str, str
             done = run_batch(plans, corpus, texts, batch, [qrels[q] for q in batch], scorer, stage_cache,
                              keep_runs)
             for into, outcome in zip(measured, done):
-                into.add(*outcome)
+                into.add(outcome)
             if bar is not None:
                 bar.update(len(batch) * len(plans))
     finally:
@@ -231,7 +275,7 @@ def _measure_plans_on_ray(address: str, plans: Sequence[Plan], source: Any, embe
     measured = [_Measured() for _ in plans]
     for per_system in done:
         for into, outcome in zip(measured, per_system):
-            into.add(*outcome)
+            into.add(outcome)
     return measured
 
 
@@ -266,7 +310,7 @@ def evaluate(
     metrics: str | Iterable[str | Metric] = DEFAULT_METRICS,
     params: Mapping[str, Any] | None = None,
     sweep: Mapping[str, Sequence[Any]] | None = None,
-    embedder: Any = "hash",
+    embedder: Any = AUTO,
     analyzer: Any = None,
     title_mode: str = "prepend",
     batch_size: int = 256,
@@ -292,8 +336,12 @@ def evaluate(
       combination evaluated, each recipe sweeping only the names it has.
     - ``embedder`` / ``analyzer`` / ``title_mode``: how the corpus is built
       (cached on disk under ``cache_dir``, default ``$IRFLOW_HOME/cache/eval``;
-      ``use_cache=False`` builds in memory). ``embedder=None`` builds a
-      lexical-only corpus.
+      ``use_cache=False`` builds in memory). ``embedder`` defaults to
+      ``"auto"``, the rule of every entry point (``irflow eval`` too): the
+      model when the models extra is installed, else ``"hash"``, said once
+      (:func:`irflow.kernels.embedders.default_embedder`) — and nothing at all
+      when no system reads vectors (only lexical stages): a lexical-only
+      corpus, nothing embedded.  ``embedder=None`` builds a lexical-only corpus.
     - ``depth``: documents ranked per query, default 1000 whatever the
       metrics (see the module docstring).
     - ``queries``: evaluate only these judged query ids (a held-aside half).
@@ -318,6 +366,7 @@ def evaluate(
     per_document = title_mode != "separate"
     merged: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = []
     plans, base_label = plan_systems(recipes, dict(params or {}), sweep, baseline, the_depth, per_document, merged)
+    embedder = _corpus_embedder(embedder, plans)
     chosen = _select_queries(collection, queries)
     qids = list(chosen)
     qrels = {q: dict(collection.qrels[q]) for q in qids}
@@ -345,9 +394,19 @@ def evaluate(
     for plan, done in zip(plans, measured):
         run = ColumnarRun(qids, done.ranked, scorer.ids.names) if keep_runs else None
         systems.append(_system(plan.label, plan.recipe.name, plan.params, qids, parsed, done.table(len(parsed)),
-                               run, done.seconds))
+                               run, done.seconds, _fusion_named(plan, profile_of(done.outcomes))))
     return Evaluation(collection.name, collection.split, tuple(str(m) for m in parsed), the_depth, qrels,
-                      tuple(systems), base_label, source, stage_cache, merged=tuple(merged))
+                      tuple(systems), base_label, source, stage_cache, merged=tuple(merged), settings=corpus.settings)
+
+
+def _profile_of_run(run: Mapping[str, Mapping[str, float]], qids: Sequence[str]) -> RunProfile:
+    """The profile of a run read from a file: per judged query its documents and scores (by document), its depth."""
+    h = hashlib.blake2b(digest_size=16)
+    for qid in qids:
+        ranked = sorted((run.get(qid) or {}).items())
+        h.update(json.dumps([qid, ranked]).encode("utf-8"))
+    lengths = np.fromiter((len(run.get(q) or {}) for q in qids), dtype=np.int64, count=len(qids))
+    return RunProfile(h.hexdigest(), lengths, None)
 
 
 def evaluate_runs(
@@ -381,7 +440,7 @@ def evaluate_runs(
         # missing="zero": a judged query without results scores 0, so systems stay paired query by query
         table = per_query(plain, judged, parsed, missing="zero")
         values = np.array([[table[str(m)][q] for m in parsed] for q in qids], dtype=np.float64).reshape(-1, len(parsed))
-        systems.append(_system(label, "", {}, qids, parsed, values, plain, 0.0))
+        systems.append(_system(label, "", {}, qids, parsed, values, plain, 0.0, _profile_of_run(plain, qids)))
     # the runs' own depth: the longest ranking they hold
     deepest = max((len(scores) for run in runs.values() for scores in run.values()), default=0)
     return Evaluation(dataset, split, tuple(str(m) for m in parsed), deepest, judged, tuple(systems), baseline)

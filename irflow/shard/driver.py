@@ -52,7 +52,7 @@ from irflow.errors import CorpusError, EmbedderError, NoLedgerEntry
 from irflow.kernels.filters import CompiledFilter, compile_filter
 from irflow.store.masks import Warned, _surface_kinds, check_surfaces, warn_unknown_field
 from irflow.store.paths import resolve_corpus_path
-from irflow.store.protocol import Siblings
+from irflow.store.protocol import CorpusSettings, Siblings
 from irflow.store.records import Record, SearchHit
 from irflow.shard.backend import Backend, Call, InProcessBackend
 from irflow.shard.disk import open_committed
@@ -225,6 +225,11 @@ class ShardedCorpus:
     def embedder(self) -> Embedder | None:
         """The query embedder (the manifest's spec, or the one passed to open), resolved on first use."""
         return self._query_embedder.get()
+
+    @property
+    def settings(self) -> CorpusSettings:
+        """The embedder and analyzer every shard ranks with, by name (the corpus protocol; loads no model)."""
+        return CorpusSettings(self.embedder_spec or ("none" if self.dim is None else "custom"), self._analyzer.name)
 
     def _label(self) -> str:
         return f"corpus {self.name!r}" if self.name else "this corpus"
