@@ -145,7 +145,8 @@ def test_run_errors_are_short_and_without_traceback(workdir, tmp_path):
         1, "run", "hybrd", "--corpus", corpus, "-q", "x").stderr
     assert "--set fusion=magic: must be one of 'rrf', 'blend'" in fails(
         1, "run", "hybrid", "--corpus", corpus, "-q", "x", "--set", "fusion=magic").stderr
-    assert "Missing option '--query'" in fails(2, "run", "hybrid", "--corpus", corpus).stderr
+    assert "give a query with -q QUERY (repeatable), or a query file with --queries FILE -o OUT" in fails(
+        2, "run", "hybrid", "--corpus", corpus).stderr
     lexical_only = workdir / "lexical-only"
     ok("index", workdir / "records.jsonl", "--out", lexical_only, "--embedder", "none")
     result = fails(1, "run", "dense", "--corpus", lexical_only, "-q", "x")

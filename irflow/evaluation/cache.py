@@ -68,11 +68,12 @@ class CorpusSource:
     """Where an evaluation's corpus came from.
 
     ``status`` is ``"built"`` (built now and cached), ``"cached"`` (reopened
-    from the cache, nothing rebuilt) or ``"memory"`` (built in memory: cache
-    disabled or a callable embedder).
+    from the cache, nothing rebuilt), ``"memory"`` (built in memory: cache
+    disabled or a callable embedder) or ``"opened"`` (a corpus built before,
+    given to the evaluation: ``irflow eval --corpus``).
     """
 
-    status: Literal["built", "cached", "memory"]
+    status: Literal["built", "cached", "memory", "opened"]
     path: Path | None = None
     key: str | None = None
 

@@ -59,8 +59,7 @@ import attrs
 import numpy as np
 
 from irflow.engine.executor import StageCache
-from irflow.evaluation.cache import corpus_for
-from irflow.evaluation.datasets import Collection, DatasetError, load_beir
+from irflow.evaluation.datasets import Collection, DatasetError
 from irflow.evaluation.metrics import EvaluationError, Metric, Qrels, Run, parse_metrics, per_query
 from irflow.evaluation.on_ray import evaluate_batches_on_ray
 from irflow.evaluation.plans import Plan
@@ -68,7 +67,8 @@ from irflow.evaluation.plans import plan as plan_systems
 from irflow.evaluation.results import Comparisons, Evaluation, SystemResult
 from irflow.evaluation.runs import LARGE_RUNS_BYTES, BatchOutcome, BatchScorer, ColumnarRun, DocIds, RankedBatch, \
     RunProfile, profile_of, run_batch, run_bytes
-from irflow.kernels.embedders import AUTO, default_embedder
+from irflow.evaluation.source import evaluation_corpus, load_dataset
+from irflow.kernels.embedders import AUTO
 from irflow.shard.ray_backend import connect as connect_to_ray
 from irflow.util.unicode import check_text
 
@@ -182,24 +182,6 @@ class _Measured:
 
     def table(self, n_metrics: int) -> np.ndarray:
         return np.concatenate(self.values) if self.values else np.zeros((0, n_metrics))
-
-
-#: Built-in stage kinds that never read a corpus's vectors: recipes of these alone need no embedder.
-_LEXICAL_KINDS = frozenset({"formulate", "filter", "lexical", "fuse", "weight", "rerank", "boost", "collapse",
-                            "expand"})
-
-
-def _corpus_embedder(embedder: Any, plans: Sequence[Plan]) -> Any:
-    """The embedder to build the corpus with: ``"auto"`` decided now, once, or None when no system reads vectors.
-
-    One decision for the whole evaluation (and every Ray actor); without a
-    dense stage (or a stage kind irflow does not know, which might embed)
-    the default embeds nothing and says nothing: the figures cannot change.
-    """
-    if not (isinstance(embedder, str) and embedder.strip().lower() == AUTO):
-        return embedder
-    kinds = {spec.kind for p in plans for spec in p.recipe.stages.values()}
-    return default_embedder() if kinds - _LEXICAL_KINDS else None
 
 
 def _fusion_named(plan: Plan, profile: RunProfile) -> RunProfile:
@@ -324,13 +306,20 @@ def evaluate(
     ray: str | None = None,
     plugins: Sequence[str] = (),
     keep_runs: bool = True,
+    corpus: Any = None,
 ) -> Evaluation:
     """Run recipes over a collection's judged queries and measure them.
 
     - ``recipes``: a built-in name, a recipe file, a :class:`~irflow.engine.recipe.Recipe`,
       a list of those, or a mapping ``{label: recipe}`` to name them.
-    - ``dataset``: a BEIR-format directory (``qrels/<split>.tsv`` is read) or a
-      loaded :class:`~irflow.evaluation.datasets.Collection` (``split`` is then its own).
+    - ``dataset``: a BEIR-format directory (``qrels/<split>.tsv`` is read),
+      ``"irds:NAME"`` (an ir_datasets collection: :mod:`irflow.evaluation.irds`)
+      or a loaded :class:`~irflow.evaluation.datasets.Collection` (``split`` is then its own).
+    - ``corpus``: evaluate on this built corpus (a Corpus, a ShardedCorpus, or
+      a path) instead of building one from the collection's documents; the
+      collection then needs only queries and judgements
+      (:func:`irflow.evaluation.topics.collection_from_files`), and the
+      corpus brings its own embedder and analyzer.
     - ``params``: recipe parameters for every recipe that has them (a name no
       recipe has is an error); ``sweep``: ``{name: [values]}``, every
       combination evaluated, each recipe sweeping only the names it has.
@@ -362,20 +351,20 @@ def evaluate(
         raise EvaluationError(f"batch_size must be a positive integer, got {batch_size!r}")
     parsed = parse_metrics(metrics)
     the_depth = ranking_depth(parsed, depth)
-    collection = dataset if isinstance(dataset, Collection) else load_beir(dataset, split)
+    collection = dataset if isinstance(dataset, Collection) else load_dataset(dataset, split)
     per_document = title_mode != "separate"
     merged: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = []
     plans, base_label = plan_systems(recipes, dict(params or {}), sweep, baseline, the_depth, per_document, merged)
-    embedder = _corpus_embedder(embedder, plans)
     chosen = _select_queries(collection, queries)
     qids = list(chosen)
     qrels = {q: dict(collection.qrels[q]) for q in qids}
     if ray is not None:  # on the cluster before the corpus is built: an address that does not answer fails at once
         connect_to_ray(ray)
 
-    corpus, source = corpus_for(collection, embedder=embedder, analyzer=analyzer, title_mode=title_mode,
-                                batch_size=batch_size, progress=progress, cache_dir=cache_dir, use_cache=use_cache)
-    scorer = BatchScorer(DocIds(corpus.artifact_ids), parsed)
+    the_corpus, source, embedder = evaluation_corpus(
+        collection, [p.recipe for p in plans], corpus=corpus, embedder=embedder, analyzer=analyzer,
+        title_mode=title_mode, batch_size=batch_size, progress=progress, cache_dir=cache_dir, use_cache=use_cache)
+    scorer = BatchScorer(DocIds(the_corpus.artifact_ids_of(np.arange(the_corpus.n_rows))), parsed)
     if keep_runs:
         _say_run_size(len(qids), the_depth, scorer.ids, qids, len(plans))
     if stage_cache is None:
@@ -384,7 +373,7 @@ def evaluate(
         stage_cache = StageCache(maxsize=sum(len(p.recipe.stages) for p in plans) + len(plans))
     title = f"evaluating {collection.name}" if progress else None
     if ray is None:
-        measured = _measure_plans(plans, corpus, chosen, qrels, scorer, batch_size=batch_size,
+        measured = _measure_plans(plans, the_corpus, chosen, qrels, scorer, batch_size=batch_size,
                                   stage_cache=stage_cache, keep_runs=keep_runs, progress=title)
     else:
         measured = _measure_plans_on_ray(ray, plans, source, embedder, chosen, qrels, parsed, batch_size=batch_size,
@@ -396,7 +385,7 @@ def evaluate(
         systems.append(_system(plan.label, plan.recipe.name, plan.params, qids, parsed, done.table(len(parsed)),
                                run, done.seconds, _fusion_named(plan, profile_of(done.outcomes))))
     return Evaluation(collection.name, collection.split, tuple(str(m) for m in parsed), the_depth, qrels,
-                      tuple(systems), base_label, source, stage_cache, merged=tuple(merged), settings=corpus.settings)
+                      tuple(systems), base_label, source, stage_cache, merged=tuple(merged), settings=the_corpus.settings)
 
 
 def _profile_of_run(run: Mapping[str, Mapping[str, float]], qids: Sequence[str]) -> RunProfile:

@@ -27,14 +27,16 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from irflow.engine import registry
 from irflow.engine.executor import StageCache
 from irflow.engine.kinds import module_from_file
 from irflow.evaluation.cache import CorpusSource
 from irflow.evaluation.metrics import EvaluationError, Metric
 from irflow.evaluation.runs import BatchOutcome, BatchScorer, DocIds, run_batch
+from irflow.shard import open_corpus  # a plain or a sharded corpus (one given to the evaluation may be either)
 from irflow.shard.ray_backend import connect, map_on_actors
-from irflow.store.corpus import open_corpus
 
 __all__ = ["evaluate_batches_on_ray"]
 
@@ -75,7 +77,8 @@ class _EvalServer:
             registry.register(name, obj, replace=True)
         self.corpus = open_corpus(corpus_path, embedder=embedder)
         self.plans = plans
-        self.scorer = BatchScorer(DocIds(self.corpus.artifact_ids), metrics)
+        # every row's document id through the protocol: a sharded corpus has no whole column to hand over
+        self.scorer = BatchScorer(DocIds(self.corpus.artifact_ids_of(np.arange(self.corpus.n_rows))), metrics)
         self.keep_runs = keep_runs
         self.cache = StageCache(maxsize=cache_size)
 
