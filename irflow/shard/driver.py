@@ -317,7 +317,8 @@ class ShardedCorpus:
         if self.dim is None:
             raise EmbedderError(
                 f"{self._label()} is lexical-only (built with embedder=None): it has no vectors, so dense search "
-                "is unavailable; use lexical search, or rebuild with an embedder (irflow.build(..., embedder='hash'))")
+                "is unavailable; use lexical search, or rebuild with an embedder (irflow.build(records) embeds with "
+                "the model when the models extra is installed, else 'hash')")
         embedder = self.embedder
         if embedder is None:
             raise EmbedderError(

@@ -365,7 +365,8 @@ class Corpus:
         if vectors is None:
             raise EmbedderError(
                 f"{self._label()} is lexical-only (built with embedder=None): it has no vectors, so dense search "
-                "is unavailable; use lexical search, or rebuild with an embedder (irflow.build(..., embedder='hash'))"
+                "is unavailable; use lexical search, or rebuild with an embedder (irflow.build(records) embeds with "
+                "the model when the models extra is installed, else 'hash')"
             )
         return vectors
 
