@@ -162,7 +162,7 @@ def trec_run_lines(qid: str, doc_ids: Sequence[str], scores: Sequence[float], ta
     text without whitespace: a DatasetError names the one that is not.
 
     >>> trec_run_lines("q1", ["d7", "d2"], [2.5, 1.0], "bm25")
-    'q1 Q0 d7 1 2.5 bm25\nq1 Q0 d2 2 1.0 bm25\n'
+    'q1 Q0 d7 1 2.5 bm25\\nq1 Q0 d2 2 1.0 bm25\\n'
     """
     check_token(qid, "query id")
     check_token(tag, "tag")
