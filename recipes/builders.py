@@ -28,10 +28,11 @@ def _first_stage(builder: RecipeBuilder, *, lexical_params: bool) -> RecipeBuild
 
 
 def hybrid() -> Recipe:
-    """Dense and BM25 over the filtered candidates, fused by RRF or blend, best surface per artifact."""
+    """Dense and BM25 over the filtered candidates, fused by the blend (or RRF), best surface per artifact."""
     builder = RecipeBuilder(
         "hybrid", output="collapse",
-        description="dense and BM25 over the filtered candidates, fused by RRF or blend, best surface per artifact")
+        description="dense and BM25 over the filtered candidates, fused by the blend (or RRF: fusion=rrf), "
+                    "best surface per artifact")
     _first_stage(builder, lexical_params=True)
     builder.param("fusion", "blend", choices=["rrf", "blend"])
     builder.params(rrf_k=60, alpha=0.5, bm25_sat_k=16.0)
@@ -88,7 +89,8 @@ def search() -> Recipe:
     """
     builder = RecipeBuilder(
         "search", output="collapse",
-        description="the seed's search(): filter, dense/lexical/hybrid, surface weights, rerank, boost, "
+        description="the seed's search(): filter, dense (mode=dense, the default), lexical or hybrid (fused by "
+                    "RRF, or the blend: fusion=blend), surface weights, rerank (none by default), boost, "
                     "best surface per artifact")
     builder.params(k=10, per_artifact=True)
     builder.param("mode", "dense", choices=["dense", "lexical", "hybrid"])
@@ -161,7 +163,8 @@ def hybrid_rerank() -> Recipe:
     """
     builder = RecipeBuilder(
         "hybrid-rerank", output="collapse",
-        description="dense and BM25 fused by RRF, the top fetch_k reranked, best surface per artifact")
+        description="dense and BM25 fused by the blend (or RRF: fusion=rrf), the top fetch_k reranked by the "
+                    "reranker given (none by default: the fused order), best surface per artifact")
     _reranked_hybrid(builder)
     return _rerank_and_collapse(builder, "cut").build()
 
@@ -178,7 +181,8 @@ def expand_rerank() -> Recipe:
     """
     builder = RecipeBuilder(
         "expand-rerank", output="collapse",
-        description="hybrid retrieval, each hit expanded to its neighbouring surfaces, all reranked, "
+        description="dense and BM25 fused by the blend (or RRF: fusion=rrf), each hit expanded to its "
+                    "neighbouring surfaces, all reranked by the reranker given (none by default), "
                     "best surface per artifact")
     _reranked_hybrid(builder)
     builder.param("window", 1).param("expand_surfaces", None)

@@ -95,7 +95,8 @@ def test_run_prints_hits_readably(workdir):
     result = ok("run", "hybrid", "--corpus", workdir / "corpus", "-q", "python parser", "--set", "k=2")
     corpus = open_corpus(workdir / "corpus")
     hits = load_recipe("hybrid").run(corpus, "python parser", k=2).hits
-    assert "query 0: 'python parser' — 2 hits (recipe hybrid, corpus corpus)" in result.stdout
+    assert "query 0: 'python parser' — 2 hits (recipe hybrid, corpus corpus; embedder hash:256, analyzer english)" \
+        in result.stdout
     assert "rank" in result.stdout and "artifact" in result.stdout
     for hit in hits:
         assert hit.artifact_id in result.stdout
@@ -144,7 +145,8 @@ def test_run_errors_are_short_and_without_traceback(workdir, tmp_path):
         1, "run", "hybrd", "--corpus", corpus, "-q", "x").stderr
     assert "--set fusion=magic: must be one of 'rrf', 'blend'" in fails(
         1, "run", "hybrid", "--corpus", corpus, "-q", "x", "--set", "fusion=magic").stderr
-    assert "Missing option '--query'" in fails(2, "run", "hybrid", "--corpus", corpus).stderr
+    assert "give a query with -q QUERY (repeatable), or a query file with --queries FILE -o OUT" in fails(
+        2, "run", "hybrid", "--corpus", corpus).stderr
     lexical_only = workdir / "lexical-only"
     ok("index", workdir / "records.jsonl", "--out", lexical_only, "--embedder", "none")
     result = fails(1, "run", "dense", "--corpus", lexical_only, "-q", "x")
@@ -202,6 +204,19 @@ def test_recipes_lists_the_built_ins():
     assert "hybrid: dense and BM25" in out and "lexical:" in out
 
 
+def test_recipes_shows_how_each_hybrid_fuses():
+    lines = ok("recipes").stdout.splitlines()
+    fusion_of = {line.partition(":")[0]: lines[i + 1].strip() for i, line in enumerate(lines[:-1])
+                 if not line.startswith(" ") and lines[i + 1].startswith("    fusion")}
+    blend = "fusion: blend (alpha=0.5, bm25_sat_k=16.0: cosine plus saturated BM25); --set fusion=rrf for RRF"
+    assert fusion_of == {"hybrid": blend, "hybrid-rerank": blend, "expand-rerank": blend,
+                         "search": "fusion when mode=hybrid: RRF (rrf_k=60: reciprocal ranks); --set fusion=blend "
+                                   "for blend"}
+    data = {r["name"]: r["fusion"] for r in json.loads(ok("recipes", "--json").stdout)}
+    assert data["hybrid"]["method"] == "blend" and data["search"]["method"] == "rrf" and data["lexical"] is None
+    assert data["search"]["when"] == {"mode": ["hybrid"]} and data["hybrid-rerank"]["choices"] == ["rrf", "blend"]
+
+
 NOISY = """import irflow
 
 print("noisy: imported")  # a library that talks on stdout
@@ -257,7 +272,7 @@ def test_json_output_is_alone_on_stdout_whatever_libraries_print(workdir, tmp_pa
     finally:  # the plugins registered an entry in this process: later tests (Ray actors get the registry) must not see it
         irflow.registry.unregister("noisy_formulate")
     assert json.loads(ok("recipes", "--json").stdout)[0] == {"name": "dense", "description": ok(
-        "recipes").stdout.splitlines()[0].partition(": ")[2]}
+        "recipes").stdout.splitlines()[0].partition(": ")[2], "fusion": None}
 
 
 def test_version():

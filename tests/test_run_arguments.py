@@ -19,7 +19,7 @@ def corpus_dir(tmp_path_factory) -> Path:
     irflow.build([irflow.Record("unbox", "name", "unbox", {"license": "MIT"}),
                   irflow.Record("unbox", "description", "Unpack any archive: zip, tar.", {"license": "MIT"}),
                   irflow.Record("bm", "description", "Okapi BM25 ranking.", {"license": "Apache-2.0"})],
-                 path=root / "corpus")
+                 embedder="hash", path=root / "corpus")
     return root / "corpus"
 
 

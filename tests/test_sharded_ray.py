@@ -303,6 +303,25 @@ def test_eval_on_ray_gives_the_same_figures(cluster, tmp_path):
     assert plain.to_dict() == on_ray.to_dict()
 
 
+def test_eval_of_a_given_corpus_on_ray_gives_the_same_figures(cluster, tmp_path):
+    """--corpus (plain, or sharded: the actors open it by path) with --queries and --qrels, here and on Ray."""
+    data = _collection(tmp_path / "mini")
+    runner = CliRunner()
+    built = runner.invoke(cli, ["index", str(data / "corpus.jsonl"), "--out", str(tmp_path / "c"), "--embedder", "hash"])
+    assert built.exit_code == 0, built.output
+    sharded = runner.invoke(cli, ["shard", str(tmp_path / "c"), "--shards", "2", "--out", str(tmp_path / "s")])
+    assert sharded.exit_code == 0, sharded.output
+    args = ["eval", "lexical", "hybrid", "--queries", str(data / "queries.jsonl"), "--qrels",
+            str(data / "qrels" / "test.tsv"), "--batch-size", "3", "--json"]
+    here = runner.invoke(cli, [*args, "--corpus", str(tmp_path / "c")])
+    assert here.exit_code == 0, here.output
+    for corpus in ("c", "s"):
+        there = runner.invoke(cli, [*args, "--corpus", str(tmp_path / corpus), "--ray", "auto"])
+        assert there.exit_code == 0, there.output
+        assert json.loads(there.stdout)["systems"] == json.loads(here.stdout)["systems"]
+        assert json.loads(there.stdout)["identical"] == json.loads(here.stdout)["identical"]
+
+
 def test_a_registry_entry_the_actors_cannot_load_does_not_stop_the_pool(cluster, tmp_path, monkeypatch):
     """An entry whose module only the driver can import (a plugin from a folder the actors do not see) is left out there."""
     home = tmp_path / "only_here"

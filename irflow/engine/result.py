@@ -6,8 +6,9 @@ per query.  ``result.output("fuse")`` returns any stage's output as it
 flowed through the DAG (a :class:`~irflow.engine.batches.Candidates`, a mask, a
 query batch), so intermediate rankings can be inspected or injected into
 another run (``overrides=``).  ``result.trace`` is an :class:`irflow.engine.trace.Trace`
-when the run was traced (None otherwise) and ``result.explain(hit)`` says
-why a hit ranks where it does.  ``result.short`` lists the queries that got
+when the run was traced (None otherwise), ``result.explain(hit)`` says
+why a hit ranks where it does, and ``result.settings`` names the embedder
+and analyzer the corpus ranked with.  ``result.short`` lists the queries that got
 fewer than ``k`` hits while more may match, and the ``fetch_k`` that gives
 ``k`` when it can be computed (:mod:`irflow.engine.shortfall`).
 """
@@ -31,7 +32,7 @@ from irflow.engine.report.tracepage import output_event, result_page, trace_page
 from irflow.engine.shortfall import Shortfall
 from irflow.engine.trace import Trace
 from irflow.errors import IrflowError
-from irflow.store.protocol import CorpusProtocol
+from irflow.store.protocol import CorpusProtocol, CorpusSettings
 from irflow.util.fileio import write_atomic
 
 __all__ = ["Result"]
@@ -125,6 +126,12 @@ class Result:
                               "which has no hits; make a stage producing Candidates or Hits the output")
         return per_query[0] if self.single else per_query
 
+    @property
+    def settings(self) -> CorpusSettings | None:
+        """The embedder and analyzer the corpus ranked with (``str(result.settings)``:
+        ``"embedder onnx:all-MiniLM-L6-v2, analyzer english"``); None for a corpus that does not say."""
+        return getattr(self.corpus, "settings", None)
+
     def explain(self, hit: Any, *, query: int | None = None) -> Explanation:
         """Why ``hit`` ranks where it does: its score and rank at every stage it passed.
 
@@ -161,5 +168,7 @@ class Result:
         return result_view(self)
 
     def __repr__(self) -> str:
+        settings = self.settings
+        said = "" if settings is None else f", embedder={settings.embedder!r}, analyzer={settings.analyzer!r}"
         return (f"Result(recipe={self.recipe.name!r}, queries={len(self.queries)}, "
-                f"stages_run={len(self.outputs) - 1}, traced={self.trace is not None})")
+                f"stages_run={len(self.outputs) - 1}, traced={self.trace is not None}{said})")

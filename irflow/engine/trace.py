@@ -125,6 +125,10 @@ class Trace(TraceRecorder):
         self.recipe_name: str | None = getattr(recipe, "name", None) or header.get("recipe")
         self.corpus_name: str | None = getattr(corpus, "name", None) if corpus is not None else header.get("corpus")
         self.n_rows: int | None = getattr(corpus, "n_rows", None) if corpus is not None else header.get("n_rows")
+        # what the corpus ranked with (a trace file of an earlier release does not say: None)
+        settings = getattr(corpus, "settings", None) if corpus is not None else None
+        self.embedder: str | None = settings.embedder if settings is not None else header.get("embedder")
+        self.analyzer: str | None = settings.analyzer if settings is not None else header.get("analyzer")
         self.header = header
         self.source = source
         self._ident = _Identity(corpus, rows, excerpts)
@@ -224,6 +228,7 @@ class Trace(TraceRecorder):
                 "params": jsonable(self.params),
                 "queries": list(self.queries.originals) if self.queries is not None else [],
                 "corpus": self.corpus_name, "n_rows": self.n_rows,
+                "embedder": self.embedder, "analyzer": self.analyzer,
                 "irflow_version": _irflow_version(), "stages": list(self.stages),
                 "short": [note.to_dict() for note in self.short], "excerpts": self._excerpts()}
 
@@ -300,7 +305,8 @@ class Trace(TraceRecorder):
         With ``stage``, that stage only: its parameters, inputs and top ``limit`` candidates.
         """
         query = self.check_query(query)
-        head = (f"trace of recipe {self.recipe_name!r} on corpus {self.corpus_name!r} — query {query}: "
+        settings = "" if self.embedder is None else f" (embedder {self.embedder}, analyzer {self.analyzer})"
+        head = (f"trace of recipe {self.recipe_name!r} on corpus {self.corpus_name!r}{settings} — query {query}: "
                 f"{self.queries.originals[query] if self.queries is not None else ''!r}")
         notes = [f"note: {note.message()}" for note in self.short if note.query_index == query]
         if notes:

@@ -113,7 +113,7 @@ def check_header(header: Mapping[str, Any], where: str) -> None:
               "queries", queries, "a list of query strings")
         _need(header.get("params") is None or isinstance(header.get("params"), Mapping), "params",
               header.get("params"), "an object")
-        for key in ("recipe", "corpus", "recipe_source"):
+        for key in ("recipe", "corpus", "recipe_source", "embedder", "analyzer"):
             _need(_is_text(header.get(key)), key, header.get(key), "a string or null")
         _need(header.get("n_rows") is None or _is_int(header.get("n_rows")), "n_rows", header.get("n_rows"),
               "a row count or null")

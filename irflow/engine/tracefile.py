@@ -12,7 +12,9 @@ JSON Lines schema (``Trace.dump``; ``format_version`` 1).  Line 1 is the header:
     {"type": "header", "format": "irflow-trace", "format_version": 1,
      "recipe": "hybrid", "recipe_source": "recipes/hybrid.toml", "recipe_dict": {...},
      "params": {...resolved recipe parameters...}, "queries": ["q0", "q1"],
-     "corpus": "name" | null, "n_rows": 40 | null, "irflow_version": "0.1.0",
+     "corpus": "name" | null, "n_rows": 40 | null,
+     "embedder": "onnx:all-MiniLM-L6-v2" | "none" | null, "analyzer": "english" | null,
+     "irflow_version": "0.1.0",
      "stages": ["candidates", "dense", ...],
      "short": [{"query_index": 0, "query": "q0", "got": 4, "k": 5, "per_artifact": true,
                 "fetch_k": 50, "needed": 73, "gives": 5, "reason": "depth", "message": "..."}],
@@ -23,6 +25,10 @@ JSON Lines schema (``Trace.dump``; ``format_version`` 1).  Line 1 is the header:
 ``excerpts`` holds once per record (by corpus row) the start of its text, which
 tables show beside the record id; a file written before excerpts existed has
 none and loads the same (its tables show the ids alone).
+
+``embedder`` and ``analyzer`` name what the corpus ranked with (its
+:class:`~irflow.store.protocol.CorpusSettings`); files written before they
+existed load with both None.
 
 then one line per (stage, original query), stages in execution order::
 

@@ -45,6 +45,8 @@ __all__ = [
     "TITLE_MODES",
     "load_beir",
     "read_beir_qrels",
+    "read_beir_queries_file",
+    "read_beir_qrels_file",
     "file_digest",
     "check_title_mode",
     "document_records",
@@ -326,6 +328,11 @@ def _read_corpus(path: Path) -> tuple[dict[str, Document], FileStamp]:
     return documents, lines.stamp()
 
 
+def read_beir_queries_file(path: str | os.PathLike[str]) -> tuple[dict[str, str], FileStamp]:
+    """Queries from a BEIR ``queries.jsonl`` (``_id``, ``text``), and what was read (its stamp)."""
+    return _read_queries(Path(path))
+
+
 def _read_queries(path: Path) -> tuple[dict[str, str], FileStamp]:
     lines = HashingLines(path)
     queries: dict[str, str] = {}
@@ -406,6 +413,12 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def read_beir_qrels_file(path: str | os.PathLike[str]
+                         ) -> tuple[dict[str, dict[str, int]], dict[tuple[str, str], int], FileStamp]:
+    """A BEIR qrels file's judgements, the line of each, and what was read (its stamp)."""
+    return _read_beir_qrels(Path(path))
 
 
 def read_beir_qrels(path: str | os.PathLike[str]) -> dict[str, dict[str, int]]:

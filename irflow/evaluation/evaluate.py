@@ -47,23 +47,28 @@ outputs need (see :mod:`irflow.evaluation.runs`).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 
 from irflow.engine.executor import StageCache
-from irflow.evaluation.cache import corpus_for
-from irflow.evaluation.datasets import Collection, DatasetError, load_beir
+from irflow.evaluation.datasets import Collection, DatasetError
 from irflow.evaluation.metrics import EvaluationError, Metric, Qrels, Run, parse_metrics, per_query
 from irflow.evaluation.on_ray import evaluate_batches_on_ray
 from irflow.evaluation.plans import Plan
 from irflow.evaluation.plans import plan as plan_systems
 from irflow.evaluation.results import Comparisons, Evaluation, SystemResult
-from irflow.evaluation.runs import LARGE_RUNS_BYTES, BatchScorer, ColumnarRun, DocIds, RankedBatch, run_batch, run_bytes
+from irflow.evaluation.runs import LARGE_RUNS_BYTES, BatchOutcome, BatchScorer, ColumnarRun, DocIds, RankedBatch, \
+    RunProfile, profile_of, run_batch, run_bytes
+from irflow.evaluation.source import evaluation_corpus, load_dataset
+from irflow.kernels.embedders import AUTO
 from irflow.shard.ray_backend import connect as connect_to_ray
 from irflow.util.unicode import check_text
 
@@ -151,29 +156,50 @@ def _select_queries(collection: Collection, queries: Iterable[str] | None) -> di
 
 
 def _system(label: str, recipe: str, params: Mapping[str, Any], qids: Sequence[str], metrics: tuple[Metric, ...],
-            values: np.ndarray, run: Run | None, seconds: float) -> SystemResult:
+            values: np.ndarray, run: Run | None, seconds: float, profile: RunProfile | None = None) -> SystemResult:
     """A SystemResult from the per-query values (queries x metrics, in ``qids`` order)."""
     table = {str(m): dict(zip(qids, values[:, j].tolist())) for j, m in enumerate(metrics)}
     means = {name: math.fsum(column.values()) / len(column) for name, column in table.items()}
-    return SystemResult(label, recipe, dict(params), means, table, run, seconds)
+    return SystemResult(label, recipe, dict(params), means, table, run, seconds, profile)
 
 
 class _Measured:
-    """What one system's runs leave: per batch its per-query values, its rankings when kept; its seconds."""
+    """What one system's runs leave: per batch its per-query values, its rankings when kept, its profile; seconds."""
 
     def __init__(self) -> None:
         self.values: list[np.ndarray] = []
         self.ranked: list[RankedBatch] = []
+        self.outcomes: list[BatchOutcome] = []
         self.seconds = 0.0
 
-    def add(self, values: np.ndarray, ranked: RankedBatch | None, seconds: float) -> None:
-        self.values.append(values)
-        if ranked is not None:
-            self.ranked.append(ranked)
-        self.seconds += seconds
+    def add(self, outcome: BatchOutcome) -> None:
+        self.values.append(outcome.values)
+        if outcome.ranked is not None:
+            self.ranked.append(outcome.ranked)
+        # the rest of the outcome is a digest and a depth per query: kept without its rankings
+        self.outcomes.append(attrs.evolve(outcome, ranked=None, values=outcome.values[:0]))
+        self.seconds += outcome.seconds
 
     def table(self, n_metrics: int) -> np.ndarray:
         return np.concatenate(self.values) if self.values else np.zeros((0, n_metrics))
+
+
+def _fusion_named(plan: Plan, profile: RunProfile) -> RunProfile:
+    """``profile`` with a "mixed" scale named by the fusion the system runs.
+
+    A batch is "mixed" when a fusion passed one channel through for some
+    queries (BM25 found nothing for them): the system still ranks by its
+    fusion, which is what the table should name.
+    """
+    parts = (profile.scale or "").split("+")
+    if "mixed" not in parts:
+        return profile
+    fusion = plan.recipe.fusion(plan.params)
+    values = plan.recipe.resolve_params(plan.params)
+    if fusion is None or any(values.get(key) not in allowed for key, allowed in fusion["when"].items()):
+        return profile
+    named = list(dict.fromkeys(fusion["method"] if part == "mixed" else part for part in parts))
+    return attrs.evolve(profile, scale="+".join(named))
 
 
 def _progress(title: str | None, total: int) -> Any:
@@ -200,7 +226,7 @@ def _measure_plans(plans: Sequence[Plan], corpus: Any, queries: Mapping[str, str
             done = run_batch(plans, corpus, texts, batch, [qrels[q] for q in batch], scorer, stage_cache,
                              keep_runs)
             for into, outcome in zip(measured, done):
-                into.add(*outcome)
+                into.add(outcome)
             if bar is not None:
                 bar.update(len(batch) * len(plans))
     finally:
@@ -231,7 +257,7 @@ def _measure_plans_on_ray(address: str, plans: Sequence[Plan], source: Any, embe
     measured = [_Measured() for _ in plans]
     for per_system in done:
         for into, outcome in zip(measured, per_system):
-            into.add(*outcome)
+            into.add(outcome)
     return measured
 
 
@@ -266,7 +292,7 @@ def evaluate(
     metrics: str | Iterable[str | Metric] = DEFAULT_METRICS,
     params: Mapping[str, Any] | None = None,
     sweep: Mapping[str, Sequence[Any]] | None = None,
-    embedder: Any = "hash",
+    embedder: Any = AUTO,
     analyzer: Any = None,
     title_mode: str = "prepend",
     batch_size: int = 256,
@@ -280,20 +306,31 @@ def evaluate(
     ray: str | None = None,
     plugins: Sequence[str] = (),
     keep_runs: bool = True,
+    corpus: Any = None,
 ) -> Evaluation:
     """Run recipes over a collection's judged queries and measure them.
 
     - ``recipes``: a built-in name, a recipe file, a :class:`~irflow.engine.recipe.Recipe`,
       a list of those, or a mapping ``{label: recipe}`` to name them.
-    - ``dataset``: a BEIR-format directory (``qrels/<split>.tsv`` is read) or a
-      loaded :class:`~irflow.evaluation.datasets.Collection` (``split`` is then its own).
+    - ``dataset``: a BEIR-format directory (``qrels/<split>.tsv`` is read),
+      ``"irds:NAME"`` (an ir_datasets collection: :mod:`irflow.evaluation.irds`)
+      or a loaded :class:`~irflow.evaluation.datasets.Collection` (``split`` is then its own).
+    - ``corpus``: evaluate on this built corpus (a Corpus, a ShardedCorpus, or
+      a path) instead of building one from the collection's documents; the
+      collection then needs only queries and judgements
+      (:func:`irflow.evaluation.topics.collection_from_files`), and the
+      corpus brings its own embedder and analyzer.
     - ``params``: recipe parameters for every recipe that has them (a name no
       recipe has is an error); ``sweep``: ``{name: [values]}``, every
       combination evaluated, each recipe sweeping only the names it has.
     - ``embedder`` / ``analyzer`` / ``title_mode``: how the corpus is built
       (cached on disk under ``cache_dir``, default ``$IRFLOW_HOME/cache/eval``;
-      ``use_cache=False`` builds in memory). ``embedder=None`` builds a
-      lexical-only corpus.
+      ``use_cache=False`` builds in memory). ``embedder`` defaults to
+      ``"auto"``, the rule of every entry point (``irflow eval`` too): the
+      model when the models extra is installed, else ``"hash"``, said once
+      (:func:`irflow.kernels.embedders.default_embedder`) — and nothing at all
+      when no system reads vectors (only lexical stages): a lexical-only
+      corpus, nothing embedded.  ``embedder=None`` builds a lexical-only corpus.
     - ``depth``: documents ranked per query, default 1000 whatever the
       metrics (see the module docstring).
     - ``queries``: evaluate only these judged query ids (a held-aside half).
@@ -314,7 +351,7 @@ def evaluate(
         raise EvaluationError(f"batch_size must be a positive integer, got {batch_size!r}")
     parsed = parse_metrics(metrics)
     the_depth = ranking_depth(parsed, depth)
-    collection = dataset if isinstance(dataset, Collection) else load_beir(dataset, split)
+    collection = dataset if isinstance(dataset, Collection) else load_dataset(dataset, split)
     per_document = title_mode != "separate"
     merged: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = []
     plans, base_label = plan_systems(recipes, dict(params or {}), sweep, baseline, the_depth, per_document, merged)
@@ -324,9 +361,10 @@ def evaluate(
     if ray is not None:  # on the cluster before the corpus is built: an address that does not answer fails at once
         connect_to_ray(ray)
 
-    corpus, source = corpus_for(collection, embedder=embedder, analyzer=analyzer, title_mode=title_mode,
-                                batch_size=batch_size, progress=progress, cache_dir=cache_dir, use_cache=use_cache)
-    scorer = BatchScorer(DocIds(corpus.artifact_ids), parsed)
+    the_corpus, source, embedder = evaluation_corpus(
+        collection, [p.recipe for p in plans], corpus=corpus, embedder=embedder, analyzer=analyzer,
+        title_mode=title_mode, batch_size=batch_size, progress=progress, cache_dir=cache_dir, use_cache=use_cache)
+    scorer = BatchScorer(DocIds(the_corpus.artifact_ids_of(np.arange(the_corpus.n_rows))), parsed)
     if keep_runs:
         _say_run_size(len(qids), the_depth, scorer.ids, qids, len(plans))
     if stage_cache is None:
@@ -335,7 +373,7 @@ def evaluate(
         stage_cache = StageCache(maxsize=sum(len(p.recipe.stages) for p in plans) + len(plans))
     title = f"evaluating {collection.name}" if progress else None
     if ray is None:
-        measured = _measure_plans(plans, corpus, chosen, qrels, scorer, batch_size=batch_size,
+        measured = _measure_plans(plans, the_corpus, chosen, qrels, scorer, batch_size=batch_size,
                                   stage_cache=stage_cache, keep_runs=keep_runs, progress=title)
     else:
         measured = _measure_plans_on_ray(ray, plans, source, embedder, chosen, qrels, parsed, batch_size=batch_size,
@@ -345,17 +383,19 @@ def evaluate(
     for plan, done in zip(plans, measured):
         run = ColumnarRun(qids, done.ranked, scorer.ids.names) if keep_runs else None
         systems.append(_system(plan.label, plan.recipe.name, plan.params, qids, parsed, done.table(len(parsed)),
-                               run, done.seconds))
+                               run, done.seconds, _fusion_named(plan, profile_of(done.outcomes))))
     return Evaluation(collection.name, collection.split, tuple(str(m) for m in parsed), the_depth, qrels,
-                      tuple(systems), base_label, source, stage_cache, merged=tuple(merged),
-                      settings=_settings(corpus, title_mode))
+                      tuple(systems), base_label, source, stage_cache, merged=tuple(merged), settings=the_corpus.settings)
 
 
-def _settings(corpus: Any, title_mode: str) -> dict[str, Any]:
-    """How the corpus was built, as a report says it (the embedder's spec, the analyzer's name, the title mode)."""
-    analyzer = getattr(corpus, "analyzer", None)
-    return {"embedder": getattr(corpus, "embedder_spec", None) or "none",
-            "analyzer": getattr(analyzer, "name", None), "title_mode": title_mode}
+def _profile_of_run(run: Mapping[str, Mapping[str, float]], qids: Sequence[str]) -> RunProfile:
+    """The profile of a run read from a file: per judged query its documents and scores (by document), its depth."""
+    h = hashlib.blake2b(digest_size=16)
+    for qid in qids:
+        ranked = sorted((run.get(qid) or {}).items())
+        h.update(json.dumps([qid, ranked]).encode("utf-8"))
+    lengths = np.fromiter((len(run.get(q) or {}) for q in qids), dtype=np.int64, count=len(qids))
+    return RunProfile(h.hexdigest(), lengths, None)
 
 
 def evaluate_runs(
@@ -389,7 +429,7 @@ def evaluate_runs(
         # missing="zero": a judged query without results scores 0, so systems stay paired query by query
         table = per_query(plain, judged, parsed, missing="zero")
         values = np.array([[table[str(m)][q] for m in parsed] for q in qids], dtype=np.float64).reshape(-1, len(parsed))
-        systems.append(_system(label, "", {}, qids, parsed, values, plain, 0.0))
+        systems.append(_system(label, "", {}, qids, parsed, values, plain, 0.0, _profile_of_run(plain, qids)))
     # the runs' own depth: the longest ranking they hold
     deepest = max((len(scores) for run in runs.values() for scores in run.values()), default=0)
     return Evaluation(dataset, split, tuple(str(m) for m in parsed), deepest, judged, tuple(systems), baseline)

@@ -27,14 +27,16 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from irflow.engine import registry
 from irflow.engine.executor import StageCache
 from irflow.engine.kinds import module_from_file
 from irflow.evaluation.cache import CorpusSource
 from irflow.evaluation.metrics import EvaluationError, Metric
-from irflow.evaluation.runs import BatchScorer, DocIds, RankedBatch, run_batch
+from irflow.evaluation.runs import BatchOutcome, BatchScorer, DocIds, run_batch
+from irflow.shard import open_corpus  # a plain or a sharded corpus (one given to the evaluation may be either)
 from irflow.shard.ray_backend import connect, map_on_actors
-from irflow.store.corpus import open_corpus
 
 __all__ = ["evaluate_batches_on_ray"]
 
@@ -75,13 +77,13 @@ class _EvalServer:
             registry.register(name, obj, replace=True)
         self.corpus = open_corpus(corpus_path, embedder=embedder)
         self.plans = plans
-        self.scorer = BatchScorer(DocIds(self.corpus.artifact_ids), metrics)
+        # every row's document id through the protocol: a sharded corpus has no whole column to hand over
+        self.scorer = BatchScorer(DocIds(self.corpus.artifact_ids_of(np.arange(self.corpus.n_rows))), metrics)
         self.keep_runs = keep_runs
         self.cache = StageCache(maxsize=cache_size)
 
-    def run(self, texts: list[str], qids: list[str],
-            judgements: list[dict[str, int]]) -> list[tuple[Any, RankedBatch | None, float]]:
-        """Every system on one batch: (per-query values, rankings if kept, seconds) per system."""
+    def run(self, texts: list[str], qids: list[str], judgements: list[dict[str, int]]) -> list[BatchOutcome]:
+        """Every system on one batch: its values, rankings if kept, seconds and run profile, per system."""
         return run_batch(self.plans, self.corpus, texts, qids, judgements, self.scorer, self.cache, self.keep_runs)
 
 
@@ -101,12 +103,13 @@ def evaluate_batches_on_ray(address: str, source: CorpusSource, embedder: Any, p
                             batches: Sequence[tuple[list[str], list[str], list[dict[str, int]]]],
                             metrics: Sequence[Metric], *, keep_runs: bool = False, plugins: Sequence[str] = (),
                             cache_size: int | None = 64, on_batch: Callable[[int], None] | None = None,
-                            ) -> list[list[tuple[Any, RankedBatch | None, float]]]:
+                            ) -> list[list[BatchOutcome]]:
     """Run and measure ``plans`` on every ``(texts, qids, judgements)`` batch on a pool of actors.
 
-    Per batch, per system: (per-query values of ``metrics``, the rankings
-    when ``keep_runs`` else None, seconds) — only what the evaluation keeps
-    comes back.  ``source`` must be an on-disk corpus (the actors open it by
+    Per batch, per system: a :class:`~irflow.evaluation.runs.BatchOutcome`
+    (per-query values of ``metrics``, the rankings when ``keep_runs`` else
+    None, seconds, the run's digest and depths) — only what the evaluation
+    keeps comes back.  ``source`` must be an on-disk corpus (the actors open it by
     path); ``on_batch(n_queries)`` is called as each batch finishes.
     """
     if source.path is None:

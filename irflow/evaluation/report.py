@@ -148,7 +148,7 @@ def _settings(ev: "Evaluation") -> Markup:
                                  ["queries", str(ev.n_queries)], ["depth", str(ev.depth)],
                                  ["metrics", ", ".join(ev.metrics)]]
     rows += [[_cut(k, 80), _cut(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=repr), 300)]
-             for k, v in (ev.settings or {}).items()]
+             for k, v in (ev.settings.to_dict() if ev.settings is not None else {}).items()]
     source = ev.corpus
     if source is not None:
         rows.append(["corpus", f"{source.status}" + (f": {_cut(source.path, 300)}" if source.path else "")])

@@ -20,6 +20,7 @@ byte order) and every query's grades go through the same measure functions.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -30,8 +31,8 @@ import numpy as np
 from irflow.engine.batches import Candidates
 from irflow.evaluation.metrics import EvaluationError, Metric, judged_grades, measure_ranking
 
-__all__ = ["DocIds", "RankedBatch", "ranked_batch", "BatchScorer", "run_batch", "ColumnarRun", "run_bytes",
-           "ENTRY_BYTES", "LARGE_RUNS_BYTES"]
+__all__ = ["DocIds", "RankedBatch", "ranked_batch", "BatchScorer", "BatchOutcome", "run_batch", "RunProfile",
+           "profile_of", "ColumnarRun", "run_bytes", "ENTRY_BYTES", "LARGE_RUNS_BYTES"]
 
 #: Bytes a kept run holds per (query, document) entry: an int32 document code and a float64 score.
 ENTRY_BYTES = 4 + 8
@@ -168,23 +169,90 @@ class BatchScorer:
         return out
 
 
+@attrs.frozen(eq=False)
+class BatchOutcome:
+    """One system's run of one batch, as the evaluation keeps it.
+
+    ``values``: per query and metric; ``ranked``: the rankings when the runs
+    are kept, else None; ``seconds``: the recipe's run and the reading of its
+    rankings.  Always kept, whatever ``keep_runs`` (a few bytes per query):
+    ``digest``, of the rankings (documents and scores, per query), so systems
+    whose runs are the same can be told; ``lengths``, documents ranked per
+    query; ``scale``, what the output's scores are (``"rrf"``, ``"blend"``,
+    ``"cosine"``...; None for a hit-list output).
+    """
+
+    values: np.ndarray
+    ranked: RankedBatch | None
+    seconds: float
+    digest: bytes
+    lengths: np.ndarray
+    scale: str | None
+
+
+def ranking_digest(ranked: RankedBatch) -> bytes:
+    """A digest of a batch's rankings: per query its documents (codes) and scores, in order."""
+    h = hashlib.blake2b(digest_size=16)
+    for column in (np.diff(ranked.offsets).astype("<i8"), ranked.docs.astype("<i4"), ranked.scores.astype("<f8")):
+        h.update(np.ascontiguousarray(column).tobytes())
+    return h.digest()
+
+
+def _scale(result: Any) -> str | None:
+    output = result.output()
+    return str(output.scale) if isinstance(output, Candidates) else None
+
+
 def run_batch(plans: Sequence[Any], corpus: Any, texts: list[str], qids: Sequence[str],
               judgements: Sequence[Mapping[str, int]], scorer: BatchScorer, cache: Any,
-              keep_runs: bool) -> list[tuple[np.ndarray, RankedBatch | None, float]]:
-    """Every plan on one batch: (per-query values, the rankings if ``keep_runs`` else None, seconds) per plan.
+              keep_runs: bool) -> list[BatchOutcome]:
+    """Every plan on one batch: a :class:`BatchOutcome` per plan (the rankings only if ``keep_runs``).
 
     The one step of an evaluation, in this process or in a Ray actor
     (:mod:`irflow.evaluation.on_ray`); the seconds are the recipe's run and
     the reading of its rankings, not their measuring.
     """
-    out: list[tuple[np.ndarray, RankedBatch | None, float]] = []
+    out: list[BatchOutcome] = []
     for plan in plans:
         start = time.perf_counter()
         result = plan.recipe.run(corpus, texts, cache=cache, **plan.params)
         ranked = ranked_batch(result, scorer.ids, len(qids))
         seconds = time.perf_counter() - start
-        out.append((scorer.measure(ranked, qids, judgements), ranked if keep_runs else None, seconds))
+        out.append(BatchOutcome(scorer.measure(ranked, qids, judgements), ranked if keep_runs else None, seconds,
+                                ranking_digest(ranked), np.diff(ranked.offsets), _scale(result)))
     return out
+
+
+@attrs.frozen(eq=False)
+class RunProfile:
+    """What a system's run was like, kept when its documents are not: what :class:`Evaluation` reports on it.
+
+    ``digest`` (hex) is equal for two systems exactly when their rankings
+    are (the same documents with the same scores for every query);
+    ``lengths`` the documents ranked per query, in query order; ``scale``
+    the score scale of the output (several, joined by ``+``, when batches
+    differed), None when unknown.
+    """
+
+    digest: str
+    lengths: np.ndarray = attrs.field(repr=False)
+    scale: str | None = None
+
+    def below(self, depth: int) -> tuple[int, int | None]:
+        """(queries ranking fewer than ``depth`` documents, the most documents any of them ranks)."""
+        short = self.lengths[self.lengths < depth]
+        return int(short.size), (int(short.max()) if short.size else None)
+
+
+def profile_of(outcomes: Sequence[BatchOutcome]) -> RunProfile:
+    """A system's :class:`RunProfile` from its batches' outcomes, in query order."""
+    h = hashlib.blake2b(digest_size=16)
+    for outcome in outcomes:
+        h.update(outcome.digest)
+    lengths = np.concatenate([o.lengths for o in outcomes]).astype(np.int64) if outcomes else np.zeros(0, np.int64)
+    # an empty batch (every query found nothing) has no scale to say
+    scales = list(dict.fromkeys(o.scale for o in outcomes if o.scale is not None and o.scale != "none"))
+    return RunProfile(h.hexdigest(), lengths, "+".join(scales) if scales else None)
 
 
 class ColumnarRun(Mapping[str, Mapping[str, float]]):

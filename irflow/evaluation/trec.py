@@ -10,18 +10,19 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from irflow.errors import DatasetError
-from irflow.evaluation.datasets import HashingLines, add_judgement, parse_grade, where
+from irflow.evaluation.datasets import FileStamp, HashingLines, add_judgement, parse_grade, read_beir_qrels_file, \
+    where
 from irflow.evaluation.runs import ColumnarRun
 from irflow.util.fileio import atomic_writer, shown
 from irflow.util.unicode import check_text
 
-__all__ = ["read_trec_qrels", "read_trec_run", "write_trec_run"]
+__all__ = ["read_trec_qrels", "read_qrels_file", "read_trec_run", "write_trec_run", "trec_run_lines", "check_token"]
 
 _RANK = re.compile(r"[0-9]{1,18}")  # int64 holds every 18-digit number
 _SCORE = re.compile(r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity)", re.IGNORECASE)
@@ -33,10 +34,14 @@ def read_trec_qrels(path: str | os.PathLike[str]) -> dict[str, dict[str, int]]:
     >>> read_trec_qrels("qrels.txt")  # doctest: +SKIP
     {'301': {'FBIS3-10082': 1, ...}, ...}
     """
-    path = Path(path)
+    return _read_trec_qrels(Path(path))[0]
+
+
+def _read_trec_qrels(path: Path) -> tuple[dict[str, dict[str, int]], dict[tuple[str, str], int], FileStamp]:
+    lines = HashingLines(path)
     qrels: dict[str, dict[str, int]] = {}
     lines_of: dict[tuple[str, str], int] = {}
-    for number, line in HashingLines(path):
+    for number, line in lines:
         fields = line.split()
         if not fields:
             continue
@@ -44,7 +49,22 @@ def read_trec_qrels(path: str | os.PathLike[str]) -> dict[str, dict[str, int]]:
             raise DatasetError(f"{where(path, number)}: expected 4 whitespace-separated fields 'qid iteration docid grade', got {len(fields)}")
         qid, _iteration, doc_id, grade = fields
         add_judgement(qrels, lines_of, path, number, qid, doc_id, parse_grade(path, number, grade))
-    return qrels
+    return qrels, lines_of, lines.stamp()
+
+
+def read_qrels_file(path: str | os.PathLike[str]
+                    ) -> tuple[dict[str, dict[str, int]], dict[tuple[str, str], int], FileStamp]:
+    """Qrels from a TREC qrels file (4 fields) or a BEIR ``qrels/<split>.tsv`` (3), told apart by the first line.
+
+    Returns the qrels, the line of each judgement and what was read (its stamp).
+    """
+    path = Path(path)
+    for _, line in HashingLines(path):
+        if line.strip():
+            if len(line.split()) == 4:
+                return _read_trec_qrels(path)
+            break
+    return read_beir_qrels_file(path)
 
 
 def read_trec_run(path: str | os.PathLike[str]) -> dict[str, dict[str, float]]:
@@ -98,7 +118,8 @@ def _check_rank(path: Path, number: int, rank: str) -> None:
                            "swapped?")
 
 
-def _token(value: str, what: str) -> str:
+def check_token(value: str, what: str) -> str:
+    """``value`` if a TREC line can hold it (non-empty UTF-8 text without whitespace), else a DatasetError."""
     if not isinstance(value, str) or not value or any(c.isspace() for c in value):
         raise DatasetError(f"{what} {value!r} cannot be written to a TREC run: it must be a non-empty string without whitespace")
     check_text(value, what, error=DatasetError)  # a run file is UTF-8 text
@@ -116,12 +137,12 @@ def write_trec_run(path: str | os.PathLike[str], run: Mapping[str, Mapping[str, 
 
     >>> write_trec_run("run.txt", {"q1": {"d1": 2.0, "d2": 1.0}}, tag="bm25")  # doctest: +SKIP
     """
-    _token(tag, "tag")
+    check_token(tag, "tag")
     ranked: Iterator[tuple[str, list[str], list[float]]]
     if isinstance(run, ColumnarRun):
         # its document ids are the corpus' distinct ones: checked once, not per line
         for doc_id in run.names.tolist():
-            _token(doc_id, "document id")
+            check_token(doc_id, "document id")
         if any(np.isnan(batch.scores).any() for batch in run.batches):
             raise DatasetError("a NaN score cannot be ranked; the run holds one")
         ranked = run.by_score()
@@ -129,9 +150,27 @@ def write_trec_run(path: str | os.PathLike[str], run: Mapping[str, Mapping[str, 
         ranked = _by_score(run)
     with atomic_writer(Path(path), "run file") as out:
         for qid, doc_ids, scores in ranked:
-            _token(qid, "query id")
-            out.write("".join([f"{qid} Q0 {doc_id} {rank} {score!r} {tag}\n" for rank, (doc_id, score)
-                               in enumerate(zip(doc_ids, scores), start=1)]).encode("utf-8"))
+            out.write(trec_run_lines(qid, doc_ids, scores, tag, checked=True).encode("utf-8"))
+
+
+def trec_run_lines(qid: str, doc_ids: Sequence[str], scores: Sequence[float], tag: str, *,
+                   checked: bool = False) -> str:
+    """One query's ranking as TREC run lines ``qid Q0 docid rank score tag``, ranks 1..n in the order given.
+
+    Scores are written with ``repr`` (they read back exactly).  The query id,
+    the tag and (unless ``checked``) every document id must be non-empty
+    text without whitespace: a DatasetError names the one that is not.
+
+    >>> trec_run_lines("q1", ["d7", "d2"], [2.5, 1.0], "bm25")
+    'q1 Q0 d7 1 2.5 bm25\\nq1 Q0 d2 2 1.0 bm25\\n'
+    """
+    check_token(qid, "query id")
+    check_token(tag, "tag")
+    if not checked:
+        for doc_id in doc_ids:
+            check_token(doc_id, "document id")
+    return "".join([f"{qid} Q0 {doc_id} {rank} {float(score)!r} {tag}\n"
+                    for rank, (doc_id, score) in enumerate(zip(doc_ids, scores), start=1)])
 
 
 def _by_score(run: Mapping[str, Mapping[str, float]]) -> Iterator[tuple[str, list[str], list[float]]]:
@@ -139,7 +178,7 @@ def _by_score(run: Mapping[str, Mapping[str, float]]) -> Iterator[tuple[str, lis
     for qid, scores in run.items():
         ranked = sorted(((doc_id, float(score)) for doc_id, score in scores.items()), key=lambda item: -item[1])
         for doc_id, score in ranked:
-            _token(doc_id, "document id")
+            check_token(doc_id, "document id")
             if math.isnan(score):
                 raise DatasetError(f"query {qid!r}, document {doc_id!r}: a NaN score cannot be ranked")
         yield qid, [doc_id for doc_id, _ in ranked], [score for _, score in ranked]

@@ -29,6 +29,7 @@ import sys
 import types
 from typing import Any, Iterable, Mapping
 
+from irflow.kernels.embedders import AUTO
 from irflow.store.corpus import Corpus
 from irflow.store.corpus import open_corpus as _open_plain
 from irflow.errors import CorpusError
@@ -47,7 +48,7 @@ def shard(
     n: int,
     path: str | os.PathLike[str],
     *,
-    embedder: Any = "hash",
+    embedder: Any = AUTO,
     analyzer: Any = None,
     name: str | None = None,
     progress: bool = False,
@@ -61,7 +62,8 @@ def shard(
     corpus directory, plus ``shards.json`` (counts, global rows, the
     generation of each shard, the embedder and analyzer all shards share;
     sealed by its checksum).  From records, each shard is built as
-    :func:`irflow.build` would build them (``embedder``, ``analyzer``,
+    :func:`irflow.build` would build them (``embedder`` — by default the
+    model when installed, else "hash", as there —, ``analyzer``,
     ``batch_size`` as there); from a corpus, its arrays are split as they
     are.  Over an existing sharded corpus (or what an interrupted sharding
     left) this is a reshard, committed in one step: a reader, or a crash at

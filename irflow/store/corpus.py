@@ -27,7 +27,7 @@ from irflow.kernels import bm25 as _bm25
 from irflow.kernels import dense as _dense
 from irflow.kernels import dense_kernel as _dense_kernel
 from irflow.kernels.columns import MetadataColumns
-from irflow.kernels.embedders import Embedder, LazyEmbedder, check_dimension, resolve_embedder
+from irflow.kernels.embedders import AUTO, Embedder, LazyEmbedder, check_dimension, resolve_embedder
 from irflow.kernels.filters import CompiledFilter
 from irflow.kernels.postings import Postings
 from irflow.kernels.text import Analyzer, get_analyzer
@@ -37,7 +37,7 @@ from irflow.store.generations import check_writable_root
 from irflow.store.masks import CandidateMasks
 from irflow.store.paths import HOME_ENV, is_corpus_name, resolve_corpus_path
 from irflow.store.persist import VECTORS_FILE, EmbedderInfo, load_corpus, save_corpus
-from irflow.store.protocol import Siblings
+from irflow.store.protocol import CorpusSettings, Siblings
 from irflow.store.record_store import CorpusStore, prepare_records
 from irflow.store.records import Record, SearchHit
 from irflow.store.vectors import VectorCheck, document_vectors
@@ -372,7 +372,8 @@ class Corpus:
         if vectors is None:
             raise EmbedderError(
                 f"{self._label()} is lexical-only (built with embedder=None): it has no vectors, so dense search "
-                "is unavailable; use lexical search, or rebuild with an embedder (irflow.build(..., embedder='hash'))"
+                "is unavailable; use lexical search, or rebuild with an embedder (irflow.build(records) embeds with "
+                "the model when the models extra is installed, else 'hash')"
             )
         return vectors
 
@@ -390,6 +391,11 @@ class Corpus:
 
     def _label(self) -> str:
         return f"corpus {self.name!r}" if self.name else "this corpus"
+
+    @property
+    def settings(self) -> CorpusSettings:
+        """The embedder and analyzer this corpus ranks with, by name (the corpus protocol; loads no model)."""
+        return CorpusSettings("none" if self._vectors is None else self._embedder_label(), self.analyzer.name)
 
     def _embedder_label(self) -> str:
         # Never resolves the embedder: repr must not load a model.
@@ -432,7 +438,7 @@ def _tokenize(analyzer: Analyzer, texts: Sequence[str], progress: bool, chunk: i
 def build(
     records: Iterable[Record | Mapping[str, Any]],
     *,
-    embedder: Any = "hash",
+    embedder: Any = AUTO,
     analyzer: Analyzer | str | Mapping[str, Any] | None = None,
     path: str | os.PathLike[str] | None = None,
     name: str | None = None,
@@ -441,9 +447,13 @@ def build(
 ) -> Corpus:
     """Build a corpus from records (Record objects or dicts with the same keys).
 
-    ``embedder``: a spec ("hash", "hash:512", "st:<model>"), a callable
-    ``texts -> (n, d)``, an object with ``embed(texts, kind)``, or None for a
-    lexical-only corpus.  Records may instead all carry precomputed vectors.
+    ``embedder``: by default ``"auto"`` — all-MiniLM-L6-v2 when the models
+    extra is installed, else the ``"hash"`` stand-in, said once (the rule of
+    every entry point: :func:`irflow.kernels.embedders.default_embedder`) —;
+    a spec ("onnx:all-MiniLM-L6-v2", "hash", "hash:512", "st:<model>"), a
+    callable ``texts -> (n, d)``, an object with ``embed(texts, kind)``, or
+    None for a lexical-only corpus.  Records may instead all carry
+    precomputed vectors.
     ``analyzer`` defaults to :data:`irflow.kernels.text.DEFAULT_ANALYZER`.
     ``progress=True`` shows a bar for each phase (tokenizing, postings,
     embedding, writing).  With
