@@ -64,7 +64,7 @@ from irflow import shard
 from irflow.shard import ShardedCorpus, open_corpus
 from irflow.engine import registry
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "ANALYZERS",
