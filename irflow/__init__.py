@@ -58,10 +58,10 @@ from irflow.engine.stage import Stage
 from irflow.store.record_store import CorpusStore
 from irflow.kernels.text import ANALYZERS, Analyzer, get_analyzer
 from irflow.engine.trace import Trace, diff
-# open_corpus opens plain and sharded corpora alike; irflow.shard is the package, callable as
-# irflow.shard(corpus, n, path) (irflow.shard.shard)
-from irflow import shard
-from irflow.shard import ShardedCorpus, open_corpus
+# open_corpus opens plain and sharded corpora alike.  irflow.shard is the function: this binding
+# replaces the subpackage the import set on irflow (its modules stay importable by path:
+# from irflow.shard.driver import ..., from irflow.shard import driver)
+from irflow.shard import ShardedCorpus, open_corpus, shard
 from irflow.engine import registry
 
 __version__ = "0.2.0"

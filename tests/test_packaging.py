@@ -57,6 +57,11 @@ USER_CODE = """\
     corpus = irflow.build([irflow.Record("unbox", "name", "unbox")])
     hits: list[irflow.SearchHit] = irflow.search(corpus, "unbox")
     first: str = hits[0].artifact_id
+
+    from irflow.shard import driver
+
+    def split(path: str) -> driver.ShardedCorpus:
+        return irflow.shard(corpus, 2, path)  # the function, though its subpackage was imported
 """
 
 WRONG = """\
