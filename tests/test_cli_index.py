@@ -13,6 +13,7 @@ import irflow
 from irflow.cli import main
 from irflow.evaluation.datasets import load_beir
 from irflow.store.records import Record
+from irflow.util import progress
 
 
 def invoke(*args: object):
@@ -181,7 +182,8 @@ def test_a_file_without_records_says_what_to_write(tmp_path):
     assert result.exit_code == 1 and "no records to index" in result.output and '"artifact_id"' in result.output
 
 
-def test_progress_covers_every_phase(tmp_path):
+def test_progress_covers_every_phase(tmp_path, monkeypatch):
+    monkeypatch.setattr(progress, "_is_terminal", lambda stream: True)  # bars: stderr is a terminal
     path = _write(tmp_path / "r.jsonl", GOOD)
     result = invoke("index", path, "--out", tmp_path / "c", "--progress")
     assert result.exit_code == 0, result.output

@@ -65,6 +65,7 @@ from irflow.evaluation.plans import plan as plan_systems
 from irflow.evaluation.results import Comparisons, Evaluation, SystemResult
 from irflow.evaluation.runs import LARGE_RUNS_BYTES, BatchScorer, ColumnarRun, DocIds, RankedBatch, run_batch, run_bytes
 from irflow.shard.ray_backend import connect as connect_to_ray
+from irflow.util.progress import bar
 from irflow.util.unicode import check_text
 
 __all__ = [
@@ -177,11 +178,8 @@ class _Measured:
 
 
 def _progress(title: str | None, total: int) -> Any:
-    if title is None:
-        return None
-    from tqdm.auto import tqdm  # lazily: only when asked, a bar is for interactive use
-
-    return tqdm(total=total, desc=title, unit="query")
+    """The progress of the query batches (a bar on a terminal, a line every few seconds in a log), or None."""
+    return None if title is None else bar(True, title, total=total, unit="query")
 
 
 def _measure_plans(plans: Sequence[Plan], corpus: Any, queries: Mapping[str, str], qrels: Qrels,
