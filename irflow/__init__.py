@@ -13,6 +13,8 @@ lexical, fuse, weight, rerank, boost, collapse, expand) declared in a recipe
 
 from __future__ import annotations
 
+import logging
+
 from irflow.engine.batches import Candidates, QueryBatch, Scale
 from irflow.kernels.bm25 import BM25Params
 from irflow.api.constants import (
@@ -65,6 +67,10 @@ from irflow.shard import ShardedCorpus, open_corpus, shard
 from irflow.engine import registry
 
 __version__ = "0.2.0"
+
+# a library configures no logging: its records go where the application sends them (the irflow
+# command sends them to stderr: -v, -q, --log-level), and nowhere without one
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
     "ANALYZERS",
