@@ -188,7 +188,7 @@ def test_progress_covers_every_phase(tmp_path, monkeypatch):
     result = invoke("index", path, "--out", tmp_path / "c")
     assert result.exit_code == 0, result.output
     # the bars' own labels (a "no embedding model" notice may come first when the models extra is absent)
-    phases = ("reading r.jsonl", "tokenizing", "postings", "embedding", "writing")
+    phases = ("reading r.jsonl", "checking records", "tokenizing", "postings", "embedding", "writing")
     for phase in phases:
         assert f"{phase}: 100%" in result.stderr, phase
     order = [result.stderr.index(f"{p}: ") for p in phases]

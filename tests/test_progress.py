@@ -10,7 +10,7 @@ import io
 
 import pytest
 
-from irflow.util.progress import DELAY, INTERVAL, bar, phase
+from irflow.util.progress import DELAY, INTERVAL, bar, phase, tracked
 
 
 class FakeClock:
@@ -99,3 +99,20 @@ def test_progress_off_writes_nothing_anywhere(clock):
         with phase(False, "writing", stream=stream, clock=clock):
             clock.now += 60
         assert stream.getvalue() == ""
+
+
+def test_items_taken_one_by_one_are_counted_as_they_go(clock):
+    log = io.StringIO()
+    taken = []
+    for i, item in enumerate(tracked(True, "checking records", list(range(5120)), unit="record", stream=log,
+                                     clock=clock)):
+        taken.append(item)
+        clock.now = 100.0 + (i + 1) / 512  # 512 records a second: 1,024 (a step) every 2 s
+    assert taken == list(range(5120))
+    assert log.getvalue().splitlines() == [
+        "checking records: 1,024/5,120 records (20%), 512 records/s, ETA 8.0s",
+        "checking records: 4,096/5,120 records (80%), 512 records/s, ETA 2.0s",
+        "checking records: 5,120/5,120 records (100%) in 10s, 512 records/s",
+    ]
+    # a generator has no length: counted without a total
+    assert list(tracked(False, "checking records", (i for i in range(3)))) == [0, 1, 2]

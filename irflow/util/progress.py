@@ -25,10 +25,10 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Callable, Iterator
-from typing import IO, Any
+from collections.abc import Callable, Iterable, Iterator, Sized
+from typing import IO, Any, TypeVar
 
-__all__ = ["bar", "phase", "DELAY", "INTERVAL"]
+__all__ = ["bar", "phase", "tracked", "DELAY", "INTERVAL"]
 
 #: A phase quicker than this (seconds) writes no line in a log.
 DELAY = 2.0
@@ -36,6 +36,7 @@ DELAY = 2.0
 INTERVAL = 5.0
 
 Clock = Callable[[], float]
+T = TypeVar("T")
 
 
 class _Silent:
@@ -172,3 +173,25 @@ def phase(enabled: bool, desc: str, *, stream: IO[str] | None = None, clock: Clo
     with bar(enabled, desc, total=1, unit="step", stream=out) as shown:
         yield
         shown.update(1)
+
+
+def tracked(enabled: bool, desc: str, items: Iterable[T], *, unit: str = "it", step: int = 1024,
+            stream: IO[str] | None = None, clock: Clock = time.monotonic) -> Iterator[T]:
+    """``items`` as they come, counted on a :func:`bar` as the caller takes them (every ``step`` items).
+
+    >>> list(tracked(False, "checking records", ["a", "b"]))
+    ['a', 'b']
+    """
+    if not enabled:
+        yield from items
+        return
+    total = len(items) if isinstance(items, Sized) else None
+    with bar(True, desc, total=total, unit=unit, unit_scale=True, stream=stream, clock=clock) as shown:
+        pending = 0
+        for item in items:
+            yield item
+            pending += 1
+            if pending == step:
+                shown.update(pending)
+                pending = 0
+        shown.update(pending)
