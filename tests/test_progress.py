@@ -7,6 +7,8 @@ the terminal form is a tqdm bar on a stream that says it is a terminal.
 from __future__ import annotations
 
 import io
+import sys
+import types
 
 import pytest
 
@@ -89,6 +91,17 @@ def test_a_terminal_gets_a_bar(clock):
     drawn = screen.getvalue()
     assert "\r" in drawn  # redrawn in place
     assert "embedding: 100%" in drawn and "50/50" in drawn and "writing: 100%" in drawn
+
+
+def test_a_notebook_gets_a_bar_too(monkeypatch):
+    class KernelStream(io.StringIO):  # ipykernel's OutStream: not a terminal, but tqdm.auto draws a widget there
+        pass
+
+    KernelStream.__module__ = "ipykernel.iostream"
+    monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
+    shown = bar(True, "embedding", total=5, unit="record", stream=KernelStream())
+    assert type(shown).__module__.startswith("tqdm")
+    shown.close()
 
 
 def test_progress_off_writes_nothing_anywhere(clock):

@@ -4,8 +4,8 @@ When progress is asked for (``progress=True``; the command line asks unless
 ``-q`` or ``--no-progress``), a phase shows it on stderr in the form that
 suits where stderr goes:
 
-- a terminal: a tqdm bar per phase, labelled, drawn from the phase's start,
-  so a user never watches seconds of silence;
+- a terminal (or a Jupyter notebook): a tqdm bar per phase, labelled, drawn
+  from the phase's start, so a user never watches seconds of silence;
 - anything else (a log file, CI, a pipe): plain lines, never a bar's
   carriage returns — nothing for a phase quicker than :data:`DELAY`
   seconds, then a line every :data:`INTERVAL` seconds at most
@@ -145,19 +145,25 @@ def _is_terminal(stream: Any) -> bool:
         return False
 
 
+def _draws_bars(stream: Any) -> bool:
+    """A terminal, or a Jupyter kernel's output stream (not a terminal, but tqdm.auto draws a widget there)."""
+    return _is_terminal(stream) or ("ipykernel" in sys.modules
+                                    and type(stream).__module__.startswith("ipykernel."))
+
+
 def bar(enabled: bool, desc: str, *, total: int | None = None, unit: str = "it", unit_scale: bool = False,
         stream: IO[str] | None = None, clock: Clock = time.monotonic) -> Any:
     """A progress display labelled ``desc`` (a context manager with ``update(n)``), or a silent stand-in.
 
     ``stream`` (default ``sys.stderr``, as it is now): a tqdm bar when it is
-    a terminal, plain lines otherwise.
+    a terminal or a notebook's, plain lines otherwise.
     """
     if not enabled:
         return _Silent()
     out = sys.stderr if stream is None else stream
-    if not _is_terminal(out):
+    if not _draws_bars(out):
         return _Lines(desc, total, unit, out, clock)
-    from tqdm.auto import tqdm  # only for a terminal: bars are for people watching
+    from tqdm.auto import tqdm  # only where bars are drawn: they are for people watching
 
     return tqdm(total=total, desc=desc, unit=unit, unit_scale=unit_scale, leave=True, dynamic_ncols=True, file=out)
 
@@ -166,7 +172,7 @@ def bar(enabled: bool, desc: str, *, total: int | None = None, unit: str = "it",
 def phase(enabled: bool, desc: str, *, stream: IO[str] | None = None, clock: Clock = time.monotonic) -> Iterator[None]:
     """A phase that cannot count its work: a one-step bar on a terminal, ``desc: done in 12s`` in a log."""
     out = sys.stderr if stream is None else stream
-    if enabled and not _is_terminal(out):
+    if enabled and not _draws_bars(out):
         with _Lines(desc, None, "step", out, clock, counted=False):
             yield
         return
