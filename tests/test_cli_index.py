@@ -13,6 +13,7 @@ import irflow
 from irflow.cli import main
 from irflow.evaluation.datasets import load_beir
 from irflow.store.records import Record
+from irflow.util import progress
 
 
 def invoke(*args: object):
@@ -181,15 +182,18 @@ def test_a_file_without_records_says_what_to_write(tmp_path):
     assert result.exit_code == 1 and "no records to index" in result.output and '"artifact_id"' in result.output
 
 
-def test_progress_covers_every_phase(tmp_path):
+def test_progress_covers_every_phase(tmp_path, monkeypatch):
+    monkeypatch.setattr(progress, "_is_terminal", lambda stream: True)  # bars: stderr is a terminal
     path = _write(tmp_path / "r.jsonl", GOOD)
-    result = invoke("index", path, "--out", tmp_path / "c", "--progress")
+    result = invoke("index", path, "--out", tmp_path / "c")
     assert result.exit_code == 0, result.output
     # the bars' own labels (a "no embedding model" notice may come first when the models extra is absent)
-    phases = ("reading r.jsonl", "tokenizing", "postings", "embedding", "writing")
+    phases = ("reading r.jsonl", "checking records", "tokenizing", "postings", "embedding", "writing")
     for phase in phases:
         assert f"{phase}: 100%" in result.stderr, phase
     order = [result.stderr.index(f"{p}: ") for p in phases]
     assert order == sorted(order)
     quiet = invoke("index", path, "--out", tmp_path / "d", "--no-progress", "--embedder", "none")
+    assert quiet.exit_code == 0 and quiet.stderr == ""
+    quiet = invoke("-q", "index", path, "--out", tmp_path / "e")  # errors only: no bar, no embedder notice
     assert quiet.exit_code == 0 and quiet.stderr == ""

@@ -34,6 +34,7 @@ import click
 from irflow import __version__
 from irflow.cli import quickstart
 from irflow.cli.options import dumps, embedder_option, json_option, parse_sets, parse_sweeps, set_label
+from irflow.cli.globals import configure, global_options, note, show_progress
 from irflow.cli.output import echo_json, machine_readable
 from irflow.cli.index import RECORD_FORMAT, bad_lines_report, read_record_file, skipped_report
 from irflow.cli.plugins import PLUGINS_META, plugin_option
@@ -90,18 +91,21 @@ class IrflowGroup(click.Group):
 
 @click.group(cls=IrflowGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-V", "--version", prog_name="irflow", message="%(prog)s %(version)s")
-def main() -> None:
+@global_options
+def main(verbose: int, be_quiet: bool, log_level: str | None, threads: int | None) -> None:
     """irflow: document retrieval as an explicit DAG of small typed stages."""
+    ctx = click.get_current_context()
+    configure(ctx, verbose=verbose, be_quiet=be_quiet, log_level=log_level, threads=threads)
     # warnings (a misspelled filter field, a missing extra) print as one line each, for this command only
-    click.get_current_context().with_resource(_one_line_warnings())
-    click.get_current_context().with_resource(paths_print_as_given())
+    ctx.with_resource(_one_line_warnings())
+    ctx.with_resource(paths_print_as_given())
 
 
 @contextlib.contextmanager
 def _one_line_warnings() -> Iterator[None]:
     def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
              file: Any = None, line: str | None = None) -> None:
-        click.echo(f"Warning: {' '.join(str(message).split())}", err=True)
+        note(f"Warning: {' '.join(str(message).split())}")  # -q: errors only
 
     with warnings.catch_warnings():
         warnings.showwarning = show
@@ -126,19 +130,20 @@ def _one_line_warnings() -> Iterator[None]:
 @click.option("--skip-bad", is_flag=True,
               help="Index the good lines and report the bad ones (default: refuse the file, listing every bad line).")
 @click.option("--progress/--no-progress", default=None,
-              help="Progress bars for every phase (default: when stderr is a terminal).")
+              help="Progress of every phase: bars on a terminal, a line every few seconds in a log (default: unless "
+                   "irflow -q).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
 @machine_readable
 def index(input_path: Path, out: Path, embedder: str | None, analyzer: str | None, name: str | None, title_mode: str,
           skip_bad: bool, progress: bool | None, as_json: bool) -> None:
     """Build a corpus from INPUT.jsonl (one record or BEIR document per line) into --out."""
     refuse_inside_corpus(out, "corpus", replacing=CORPUS)  # said before the records are read
-    show = sys.stderr.isatty() if progress is None else progress
+    show = show_progress(progress)
     found = read_record_file(input_path, title_mode=title_mode, progress=show)
     if found.bad and not skip_bad:
         raise UserError(bad_lines_report(found))
     if found.bad:
-        click.echo(skipped_report(found), err=True)
+        note(skipped_report(found))
     if not found.records:
         raise UserError(f"{input_path}: no records to index ({found.lines} non-blank lines"
                         f"{', all bad' if found.bad else ''}); write one JSON object per line, e.g. "
@@ -219,12 +224,12 @@ def run(recipe: str, corpus_path: str, queries: tuple[str, ...], queries_file: P
     per_query = result.hits
     if trace_path is not None and result.trace is not None:  # traced: trace=True above
         result.trace.dump(trace_path)  # atomic; an OutputError names the file and the fix
-        click.echo(f"trace written to {trace_path} ({len(result.trace)} stages, {len(queries)} "
-                   f"quer{'y' if len(queries) == 1 else 'ies'})", err=True)
+        note(f"trace written to {trace_path} ({len(result.trace)} stages, {len(queries)} "
+             f"quer{'y' if len(queries) == 1 else 'ies'})")
     explanations = [[result.explain(hit, query=q) for hit in hits[:explain_n]] for q, hits in enumerate(per_query)]
     short = {note.query_index: note for note in result.short}
-    for note in result.short:  # fewer than k hits while more match: said, on stderr, one line each
-        click.echo(f"note: {note.message()}", err=True)
+    for shortfall in result.short:  # fewer than k hits while more match: said, on stderr, one line each
+        note(f"note: {shortfall.message()}")
     if as_json:
         data = {"recipe": the_recipe.name, "corpus": corpus.name, **corpus.settings.to_dict(), "params": result.params,
                 "trace": None if trace_path is None else str(trace_path),
@@ -393,7 +398,7 @@ _FUSION_NAMES = {"rrf": ("RRF", ": reciprocal ranks"), "blend": ("blend", ": cos
                    "differences, the worst and best queries with their hits, the settings.")
 @click.option("--cache/--no-cache", default=True, show_default=True,
               help="Reuse the corpus built for this collection and settings ($IRFLOW_HOME/cache/eval).")
-@click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
+@click.option("--progress/--no-progress", default=None, help="Progress (default: unless irflow -q).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print only JSON: dataset, split, queries, depth, {system: {metric: value}} and parameters.")
 @ray_option
@@ -412,7 +417,7 @@ def eval_command(recipes: tuple[str, ...], dataset: str | None, corpus_path: str
         refuse_inside_corpus(runs_dir, "run folder")  # said before the evaluation, not after it
     if report_path is not None:
         refuse_inside_corpus(report_path, "report")
-    show = sys.stderr.isatty() if progress is None else progress
+    show = show_progress(progress)
     collection = eval_collection(dataset, split, corpus_path, queries_file, qrels_file, topic_field,
                                  {"embedder": embedder, "analyzer": analyzer, "title_mode": title_mode})
     queries = None
@@ -434,10 +439,10 @@ def eval_command(recipes: tuple[str, ...], dataset: str | None, corpus_path: str
             raise
         except OSError as error:  # the folder could not be made
             raise UserError(f"cannot write the runs: {explain_os_error(error)}") from None
-        click.echo(f"{len(written)} run file{'' if len(written) == 1 else 's'} written to {runs_dir}", err=True)
+        note(f"{len(written)} run file{'' if len(written) == 1 else 's'} written to {runs_dir}")
     if report_path is not None:
         result.to_html(report_path, collection=collection)  # atomic; an OutputError names the file and the fix
-        click.echo(f"report written to {report_path}; open it in a browser", err=True)
+        note(f"report written to {report_path}; open it in a browser")
     if as_json:
         echo_json(json.dumps(result.summary(), indent=2))
         return
@@ -474,7 +479,7 @@ def demo(queries: tuple[str, ...], filter_json: str | None, mode: str | None, tr
              "trace_path": None if trace_path is None else str(trace_path), "k": k, "embedder": embedder}
     # only what the user gave: run_demo keeps its own defaults for the rest
     quickstart.run_demo(list(queries), **{key: value for key, value in given.items() if value is not None},
-                        echo=click.echo, cache=True, progress=sys.stderr.isatty())
+                        echo=click.echo, cache=True, progress=show_progress())
 
 
 # --------------------------------------------------------------------------

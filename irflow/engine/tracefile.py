@@ -14,7 +14,7 @@ JSON Lines schema (``Trace.dump``; ``format_version`` 1).  Line 1 is the header:
      "params": {...resolved recipe parameters...}, "queries": ["q0", "q1"],
      "corpus": "name" | null, "n_rows": 40 | null,
      "embedder": "onnx:all-MiniLM-L6-v2" | "none" | null, "analyzer": "english" | null,
-     "irflow_version": "0.1.0",
+     "irflow_version": "0.2.0",
      "stages": ["candidates", "dense", ...],
      "short": [{"query_index": 0, "query": "q0", "got": 4, "k": 5, "per_artifact": true,
                 "fetch_k": 50, "needed": 73, "gives": 5, "reason": "depth", "message": "..."}],

@@ -162,7 +162,9 @@ def corpus_for(
     if path.exists():
         try:
             # an st model loads on the first dense query only, so lexical-only runs never load it
-            return open_corpus(path, embedder=the_embedder), CorpusSource("cached", path, key)
+            cached = open_corpus(path, embedder=the_embedder)
+            log.info("the corpus of %s is cached: %s", collection.name, path)
+            return cached, CorpusSource("cached", path, key)
         except CorpusError as error:  # an interrupted or foreign entry: rebuild rather than fail
             log.warning("the cached corpus %s cannot be opened (%s); rebuilding it", path, error)
     refuse_inside_corpus(path, "evaluation corpus", replacing=CORPUS)  # before its folders are made

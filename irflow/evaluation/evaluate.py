@@ -70,6 +70,7 @@ from irflow.evaluation.runs import LARGE_RUNS_BYTES, BatchOutcome, BatchScorer, 
 from irflow.evaluation.source import evaluation_corpus, load_dataset
 from irflow.kernels.embedders import AUTO
 from irflow.shard.ray_backend import connect as connect_to_ray
+from irflow.util.progress import bar
 from irflow.util.unicode import check_text
 
 __all__ = [
@@ -203,11 +204,8 @@ def _fusion_named(plan: Plan, profile: RunProfile) -> RunProfile:
 
 
 def _progress(title: str | None, total: int) -> Any:
-    if title is None:
-        return None
-    from tqdm.auto import tqdm  # lazily: only when asked, a bar is for interactive use
-
-    return tqdm(total=total, desc=title, unit="query")
+    """The progress of the query batches (a bar on a terminal, a line every few seconds in a log), or None."""
+    return None if title is None else bar(True, title, total=total, unit="query")
 
 
 def _measure_plans(plans: Sequence[Plan], corpus: Any, queries: Mapping[str, str], qrels: Qrels,

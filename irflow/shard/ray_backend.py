@@ -245,7 +245,7 @@ def _refuse_another_cluster(ray: Any, address: str) -> None:
         raise RayConnectionError(
             f"this process is already connected to the Ray cluster at {current}, so it cannot also join {address}: "
             "a process is on one cluster at a time. Ask for 'auto' to use the connected cluster, or disconnect "
-            "first (irflow.shard.ray_backend.shutdown(), or ray.shutdown()) and ask again.")
+            "first (ray.shutdown(), or shutdown() from irflow.shard.ray_backend) and ask again.")
 
 
 def shutdown() -> None:

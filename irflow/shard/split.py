@@ -169,7 +169,7 @@ def _write_from_records(records: Sequence[Record], store: CorpusStore, plan: Seq
     with bar(progress, "sharding", total=len(plan), unit="shard") as shown:
         for s, rows in enumerate(plan):
             built = build([records[r] for r in rows.tolist()], embedder=embedder, analyzer=analyzer, name=name,
-                          batch_size=batch_size)
+                          batch_size=batch_size, progress=progress)  # its phases inside the shards' progress
             entries.append(_write_shard(
                 root, s, rows, store=built.store, postings=built.postings, vectors=built.vectors,
                 analyzer=built.analyzer.to_dict(), embedder=built.embedder_info, source=store))

@@ -42,7 +42,7 @@ from irflow.store.record_store import CorpusStore, prepare_records
 from irflow.store.records import Record, SearchHit
 from irflow.store.vectors import VectorCheck, document_vectors
 from irflow.util.corpusmarks import CORPUS, refuse_inside_corpus
-from irflow.util.progress import bar, phase
+from irflow.util.progress import bar, phase, tracked
 from irflow.util.unicode import check_text
 
 __all__ = ["Corpus", "build", "open_corpus"]
@@ -455,8 +455,8 @@ def build(
     None for a lexical-only corpus.  Records may instead all carry
     precomputed vectors.
     ``analyzer`` defaults to :data:`irflow.kernels.text.DEFAULT_ANALYZER`.
-    ``progress=True`` shows a bar for each phase (tokenizing, postings,
-    embedding, writing).  With
+    ``progress=True`` shows the progress of each phase (checking records,
+    tokenizing, postings, embedding, writing; see :mod:`irflow.util.progress`).  With
     ``path`` the corpus is written there (atomically; over an existing corpus
     it is a rebuild) and named after the directory unless ``name`` is given;
     a path inside another corpus is refused (OutputError).
@@ -468,7 +468,7 @@ def build(
         raise ValueError(f"batch_size must be positive, got {batch_size}")
     if isinstance(name, str):
         check_text(name, "build(): name")  # hits carry it (their source): UTF-8 text, as every name
-    prepared = prepare_records(records)
+    prepared = prepare_records(tracked(progress, "checking records", records, unit="record"))
     if not prepared:
         raise CorpusError("build() got no records; a corpus needs at least one record")
     root = None if path is None else Path(path).expanduser()
