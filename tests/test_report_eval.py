@@ -78,7 +78,7 @@ def test_the_charts_extremes_and_settings(evaluation, dataset):
     assert all(row[4].startswith("title") for row in hits)
     settings = dict(table_rows(page.find("section", id="settings").find("table")))
     assert settings["embedder"] == "hash:256" and settings["analyzer"] == "english" and settings["depth"] == "20"
-    assert settings["title_mode"] == "prepend" and settings["queries"] == str(evaluation.n_queries)
+    assert settings["queries"] == str(evaluation.n_queries)
 
 
 def test_without_a_baseline_or_runs_the_page_says_so():

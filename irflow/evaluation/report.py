@@ -43,25 +43,21 @@ def _cut(text: Any, width: int = 200) -> str:
 
 
 def _metric_table(ev: "Evaluation") -> Markup:
-    """The systems side by side, the best mean of each column marked ``*`` (as ``Evaluation.table``)."""
-    mark = len(ev.systems) > 1
-    best = {m: set(ev.best(m)) for m in ev.metrics} if mark else {}
-    head = el("thead", {}, el("tr", {}, el("th", {}, "system"), [el("th", {"class": "num"}, m) for m in ev.metrics]))
-    rows = []
-    for system in ev.systems:
+    """The systems side by side, the best mean of each column marked ``*``: the rows ``Evaluation.table`` prints."""
+    headers, rows, notes = ev.rows()
+    metrics = set(ev.metrics)
+    head = el("thead", {}, el("tr", {}, [el("th", {"class": "num"} if h in metrics else {}, h) for h in headers]))
+    body = []
+    for row in rows:
         cells = []
-        for metric in ev.metrics:
-            top = system.label in best.get(metric, ())
-            text = f"{system.means[metric]:.4f}" + ("*" if top else " " if mark else "")
-            cells.append(el("td", {"class": "num best" if top else "num"}, text.rstrip()))
-        rows.append(el("tr", {}, el("td", {}, _cut(system.label)), cells))
-    legend = el("p", {"class": "note"}, "* the highest mean in its column (ties: each marked); not a significance "
-                                        "test — the paired tests against the baseline are below") if mark else ""
-    merged = [el("p", {"class": "note"}, f"{_cut(kept)} stands for {_cut(', '.join(labels))}: {_cut(', '.join(unused))} "
-                                         "cannot change the result there, so they were evaluated once")
-              for kept, labels, unused in ev.merged]
-    return join(el("div", {"class": "scroll"}, el("table", {"class": "metrics"}, head, el("tbody", {}, rows))),
-                legend, merged)
+        for header, text in zip(headers, row):
+            if header in metrics:
+                cells.append(el("td", {"class": "num best" if text.endswith("*") else "num"}, text.rstrip()))
+            else:
+                cells.append(el("td", {}, _cut(text)))
+        body.append(el("tr", {}, cells))
+    return join(el("div", {"class": "scroll"}, el("table", {"class": "metrics"}, head, el("tbody", {}, body))),
+                [el("p", {"class": "note"}, _cut(line, 400)) for line in notes])
 
 
 def _significance(ev: "Evaluation") -> Markup | str:

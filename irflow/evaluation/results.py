@@ -299,12 +299,20 @@ class Evaluation:
         not a significant difference); a lone system is not marked.  Sweep
         settings merged because they cannot differ are listed below it.
         """
+        headers, rows, notes = self.rows(digits=digits, mark_best=mark_best)
+        lines = [render_table(headers, rows, max_width=60, right=list(self.metrics)), *notes]
+        if self.settings is not None:
+            lines.append(f"corpus: {self.settings}")
+        return "\n".join(lines)
+
+    def rows(self, *, digits: int = 4, mark_best: bool = True) -> tuple[list[str], list[list[str]], list[str]]:
+        """The table's headers, rows (as text) and the lines under it: what :meth:`table` prints and a report shows."""
         mark = mark_best and len(self.systems) > 1
         best = {m: set(self.best(m)) for m in self.metrics} if mark else {}
         scales, notes = self._scale_column(), self._notes()
         rows = []
         for system in self.systems:
-            row: list[Any] = [system.label]
+            row: list[str] = [system.label]
             for metric in self.metrics:
                 star = "*" if system.label in best.get(metric, ()) else " " if mark else ""
                 row.append(f"{system.means[metric]:.{digits}f}{star}")
@@ -314,7 +322,7 @@ class Evaluation:
                 row.append(notes.get(system.label, ""))
             rows.append(row)
         headers = ["system", *self.metrics, *(["scores"] if scales else []), *(["notes"] if notes else [])]
-        lines = [render_table(headers, rows, max_width=60, right=list(self.metrics))]
+        lines = []
         if mark:
             lines.append("* the highest mean in its column (ties: each marked); not a significance test — "
                          "compare against a baseline (irflow eval --baseline) for paired tests")
@@ -327,9 +335,7 @@ class Evaluation:
         for kept, labels, unused in self.merged:
             lines.append(f"{kept} stands for {', '.join(labels)}: {', '.join(unused)} cannot change the result "
                          f"there, so they were evaluated once")
-        if self.settings is not None:
-            lines.append(f"corpus: {self.settings}")
-        return "\n".join(lines)
+        return headers, rows, lines
 
     def _scale_column(self) -> dict[str, str]:
         """What each system ranks by, when that tells systems apart: they differ, or one is a fusion."""
