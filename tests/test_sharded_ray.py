@@ -32,6 +32,7 @@ from irflow.store.corpus import build
 from irflow.errors import CorpusError, RayConnectionError, ShardUnavailableError
 from irflow.engine.recipe import builtin_recipes, load_recipe
 from irflow.shard import ShardedCorpus, shard
+from irflow.util import progress
 from loopback_servers import closed_port, loopback_server
 from shard_corpus import assert_same_result, records
 
@@ -283,7 +284,8 @@ def _collection(root: Path) -> Path:
     return root
 
 
-def test_eval_on_ray_gives_the_same_figures(cluster, tmp_path):
+def test_eval_on_ray_gives_the_same_figures(cluster, tmp_path, monkeypatch):
+    monkeypatch.setattr(progress, "DELAY", 0.0)  # stderr is a log here: lines show only for "long" phases
     data = _collection(tmp_path / "mini")
     runner = CliRunner()
     args = ["eval", "lexical", "hybrid", "--dataset", str(data), "--embedder", "hash", "--batch-size", "2",
@@ -295,7 +297,7 @@ def test_eval_on_ray_gives_the_same_figures(cluster, tmp_path):
     figures = json.loads(here.stdout)
     assert json.loads(there.stdout) == figures
     assert len(figures["systems"]) == 4
-    assert "evaluating mini" in there.stderr and f"{4 * 7}/{4 * 7}" in there.stderr  # progress, every batch
+    assert "evaluating mini" in there.stderr and f"{4 * 7}/{4 * 7} queries (100%)" in there.stderr  # progress, every batch
     # the Python API: the same runs, query by query
     plain = irflow.evaluate(["lexical", "dense"], data, embedder="hash", batch_size=3)
     on_ray = irflow.evaluate(["lexical", "dense"], data, embedder="hash", batch_size=3, ray="auto")
