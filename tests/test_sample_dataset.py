@@ -156,3 +156,18 @@ def test_without_a_folder_named_sample_nothing_is_said(anywhere, caplog):
 def test_eval_help_names_the_sample():
     result = CliRunner().invoke(main, ["eval", "--help"])
     assert "DIR|sample|irds:NAME" in result.output and "./sample" in result.output
+
+
+def test_a_sample_not_on_disk_is_one_clear_error(anywhere, monkeypatch):
+    import zipfile
+
+    from irflow.errors import DatasetError
+
+    archive = anywhere / "irflow.zip"  # irflow imported from a zip file: the sample is no folder on disk
+    with zipfile.ZipFile(archive, "w") as out:
+        out.writestr("irflow/evaluation/sample/corpus.jsonl", "")
+    monkeypatch.setattr(importlib.resources, "files", lambda package: zipfile.Path(archive, "irflow/evaluation/"))
+    with pytest.raises(DatasetError, match="not a folder on disk .*pass a BEIR folder to --dataset"):
+        sample_path()
+    result = CliRunner().invoke(main, ["eval", "lexical", "--dataset", "sample"])
+    assert result.exit_code != 0 and "Traceback" not in result.output and "not a folder on disk" in result.output
