@@ -55,7 +55,7 @@ from irflow.store.protocol import Siblings
 from irflow.store.records import Record, SearchHit
 from irflow.shard.backend import Backend, Call, InProcessBackend
 from irflow.shard.manifest import ShardManifest, check_layout, read_manifest, read_rows
-from irflow.shard.merge import RowMap, merge_topk
+from irflow.kernels.rowmap import RowMap, merge_topk
 from irflow.shard.ray_backend import RayBackend  # imports Ray itself only when a RayBackend is made
 from irflow.kernels.text import Analyzer
 from irflow.kernels.topk import TopK
