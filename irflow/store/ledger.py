@@ -17,7 +17,7 @@ from typing import Any
 
 from irflow.errors import NoLedgerEntry
 from irflow.store.paths import resolve_corpus_path
-from irflow.store.persist import load_store
+from irflow.store.opening import load_store
 from irflow.store.records import Record
 from irflow.store.record_store import CorpusStore
 

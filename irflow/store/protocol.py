@@ -52,7 +52,7 @@ from irflow.kernels.bm25 import BM25Params, BM25Stats
 from irflow.kernels.topk import TopK
 from irflow.store.records import Record, SearchHit
 
-__all__ = ["CorpusProtocol", "Siblings", "PROTOCOL_MEMBERS"]
+__all__ = ["CorpusProtocol", "Siblings", "PROTOCOL_MEMBERS", "pinned"]
 
 
 def _int64(value: Any) -> np.ndarray:
@@ -196,3 +196,16 @@ PROTOCOL_MEMBERS: tuple[str, ...] = (
     "record_ids_of", "artifact_ids_of", "kind_codes_of", "surface_indices_of", "records", "hits",
     "candidate_mask", "tokenize_queries", "embed_queries", "bm25_topk", "dense_topk", "sibling_rows",
 )
+
+
+def pinned(corpus: Any) -> Any:
+    """The state a run reads: ``corpus.snapshot()`` when the corpus has one (a corpus updated in place), else itself.
+
+    A recipe run asks the corpus many things (a mask, the top rows, their
+    records); pinned at its start, every answer comes from one committed
+    state however many updates are committed meanwhile, and the rows of its
+    result name the records they named when it ran.  Not a protocol member:
+    a corpus that never changes needs none.
+    """
+    snapshot = getattr(corpus, "snapshot", None)
+    return corpus if snapshot is None else snapshot()

@@ -196,6 +196,7 @@ def partial_stats(postings: Postings, rows: np.ndarray | None, tokens: Iterable[
     rows = _check_mask(rows, postings.n_rows, "rows")
     stats = _stats(postings, rows)
     offsets, post_rows = postings.term_offsets, postings.post_rows
+    cache = stats.df_cache  # the set's df of a term, kept with its cached statistics (as the scorer keeps them)
     df = {}
     for token in dict.fromkeys(tokens):
         term = postings.vocab.get(token)
@@ -203,7 +204,16 @@ def partial_stats(postings: Postings, rows: np.ndarray | None, tokens: Iterable[
             df[token] = 0
             continue
         lo, hi = int(offsets[term]), int(offsets[term + 1])
-        df[token] = hi - lo if rows is None else int(np.count_nonzero(rows[post_rows[lo:hi].astype(np.intp)]))
+        if rows is None:
+            df[token] = hi - lo
+            continue
+        found = cache.get(lo)
+        if found is None:
+            found = int(np.count_nonzero(rows[post_rows[lo:hi].astype(np.intp)]))
+            if len(cache) >= 1 << 16:
+                cache.clear()
+            cache[lo] = found
+        df[token] = found
     terms = None
     if vocabulary:
         counts = _document_frequencies(postings, rows)
