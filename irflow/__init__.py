@@ -26,6 +26,8 @@ from irflow.api.constants import (
     ScoreBoost,
 )
 from irflow.store.corpus import Corpus, build
+from irflow.store.mergepolicy import MergePolicy
+from irflow.store.updates import UpdateReport
 from irflow.api.boosts import dependency_evidence_boost
 from irflow.kernels.embedders import Embedder, resolve_embedder
 from irflow.errors import (
@@ -35,6 +37,7 @@ from irflow.errors import (
     FilterError,
     IrflowError,
     IrflowWarning,
+    MissingRecordWarning,
     NoLedgerEntry,
     ParameterError,
     RecipeError,
@@ -87,7 +90,9 @@ __all__ = [
     "Identity",
     "IrflowError",
     "IrflowWarning",
+    "MissingRecordWarning",
     "MODES",
+    "MergePolicy",
     "NoLedgerEntry",
     "ParameterError",
     "QueryBatch",
@@ -109,6 +114,7 @@ __all__ = [
     "StageError",
     "UnknownFieldWarning",
     "UnknownSurfaceWarning",
+    "UpdateReport",
     "Trace",
     "__version__",
     "as_retriever",

@@ -179,8 +179,7 @@ class Corpus(CorpusReader):
         """Merge every segment into one, without deleted rows (answers unchanged); a no-op when there is nothing to merge."""
         with self._write_lock, self._writer.locked():
             state = self._latest()
-            only = state.parts[0]
-            if len(state.parts) == 1 and only.n_live == only.n_rows:
+            if len(state.parts) == 1 and not infos(state)[0].removable:
                 return UpdateReport(segments=1, generation=self._writer.generation)
             self._install(self._writer.merge(state, [(0, len(state.parts))], progress, keep_empty=True))
         return UpdateReport(segments=1, generation=self._writer.generation, merged=len(state.parts))

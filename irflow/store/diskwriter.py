@@ -139,7 +139,8 @@ class DiskWriter(MemoryWriter):
                 entry = fresh[item][1]
                 segment = files.read_segment(generation, entry, verify=False, name=self.context.name, dim=dim)
                 segment.source = stripped_identity(generation, files.data_files(entry))
-                item = SegmentView(segment, self.context)
+                deleted, unlisted = files.read_tombstones(generation, entry, verify=False)
+                item = SegmentView(segment, self.context, deleted=deleted, unlisted=unlisted)
             parts.append(item)
         return make_state(parts, state.version + 1, self.context, generation)
 

@@ -39,6 +39,11 @@ class SegmentInfo:
         return self.rows - self.live
 
     @property
+    def removable(self) -> int:
+        """Deleted rows a merge drops (not those the ledger still lists)."""
+        return self.rows - self.live - self.stale
+
+    @property
     def droppable(self) -> bool:
         """No live row and nothing listed: the segment can go without a trace."""
         return self.live == 0 and self.stale == 0
@@ -65,7 +70,8 @@ class MergePolicy:
     1. a segment with no live row (and no deleted row its ledger still
        lists) is dropped — nothing is written;
     2. a segment whose deleted fraction is at least ``max_deleted`` is
-       rewritten alone, without its deleted rows;
+       rewritten alone, without its deleted rows (those deleted out of band,
+       which the ledger still lists, stay: see :mod:`irflow.store.merging`);
     3. tiers: a segment's tier is ``floor(log(live rows, merge_factor))``;
        ``merge_factor`` adjacent segments of one tier merge into one (of
        the next tier, about) — many small appends become few large segments,
@@ -106,7 +112,7 @@ class MergePolicy:
             return []
         # groups of adjacent segments, each [start, end): a group of one that is not marked stays as it is
         groups = [[i, i + 1] for i in range(len(segments))]
-        marked = [s.droppable or bool(s.rows and s.live and s.deleted >= self.max_deleted * s.rows)
+        marked = [s.droppable or bool(s.rows and s.live and s.removable and s.removable >= self.max_deleted * s.rows)
                   for s in segments]
         if all(s.droppable for s in segments):
             marked[-1] = False  # a corpus keeps one segment, if empty

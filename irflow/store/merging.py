@@ -2,7 +2,10 @@
 
 A merge replaces a run of ADJACENT segments by one segment holding their
 live rows in order (adjacent only: the corpus's row order, hence its ties,
-stays), and drops their tombstones.  Nothing is re-tokenized or re-embedded:
+stays), and drops their tombstones — except the rows deleted out of band
+(``store.delete_record``), which the ledger still lists: they stay, deleted,
+so the stale ledger stays stale and a later update of their id or artifact
+still takes them off it.  Nothing is re-tokenized or re-embedded:
 
 - record columns (ids, artifact ids, texts, metadata): each kept row's bytes,
   copied from the parts' columns chunk by chunk (:class:`KeptStrings`:
@@ -10,9 +13,7 @@ stays), and drops their tombstones.  Nothing is re-tokenized or re-embedded:
 - surface kinds: the live kinds in order of first appearance; kind codes
   and surface indices mapped and gathered;
 - the ledger: the parts' listed entries, merged by artifact (plan order by
-  ``surface_index``), artifacts in order of first listed row; a listed id
-  whose row is gone (deleted out of band, ``delete_record``) stays listed as
-  an id the store lacks, so the stale ledger stays stale;
+  ``surface_index``), artifacts in order of first listed row;
 - postings: the parts' kept postings, merged term by term
   (:func:`irflow.kernels.postings_merge.merge_postings`);
 - vectors: the kept rows' vectors, copied; text digests likewise.
@@ -113,20 +114,37 @@ def _metadata_strings(column: Any) -> Any:
     return column.strings if isinstance(column, JsonColumn) else JsonColumn.of(column).strings
 
 
+def _kept(view: SegmentView) -> np.ndarray:
+    """A segment's rows a merge keeps: the live ones, and the deleted ones the ledger still lists."""
+    store = view.store
+    keep = store.live.copy()
+    stale = store.stale_rows(artifact=None, every=True)
+    keep[stale] = True
+    return np.flatnonzero(keep)
+
+
 @attrs.frozen(eq=False)
 class MergedParts:
-    """What a run of adjacent segment views merges into: their live rows, and each merged column."""
+    """What a run of adjacent segment views merges into: their kept rows, and each merged column."""
 
     views: tuple[SegmentView, ...]
     kept: tuple[np.ndarray, ...]
 
     @classmethod
     def of(cls, views: Sequence[SegmentView]) -> "MergedParts":
-        return cls(tuple(views), tuple(np.flatnonzero(v.store.live) for v in views))
+        return cls(tuple(views), tuple(_kept(v) for v in views))
 
     @property
     def n_rows(self) -> int:
         return sum(k.size for k in self.kept)
+
+    def deleted(self) -> np.ndarray:
+        """The merged segment's deleted rows: those deleted out of band and still listed (ascending)."""
+        parts, base = [], 0
+        for view, rows in zip(self.views, self.kept):
+            parts.append(np.flatnonzero(~view.store.live[rows]) + base)
+            base += rows.size
+        return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, np.int64)
 
     def strings(self, column: str) -> KeptStrings:
         """``"id"``, ``"artifact_id"``, ``"text"`` or ``"metadata"`` (JSON texts) of the kept rows."""
@@ -137,22 +155,31 @@ class MergedParts:
 
     def kinds(self) -> tuple[tuple[str, ...], np.ndarray]:
         """The kept rows' kinds in order of first appearance, and their codes."""
-        kinds = tuple(dict.fromkeys(k for v in self.views for k in v.kinds))
-        index = {kind: code for code, kind in enumerate(kinds)}
-        codes = []
+        order: dict[str, None] = {}
+        locals_ = []
         for view, rows in zip(self.views, self.kept):
-            local = np.array([index.get(k, -1) for k in view.store.kinds] or [-1], dtype=np.int32)
-            codes.append(local[view.store.kind_codes[rows]])
-        return kinds, np.concatenate(codes) if codes else np.empty(0, np.int32)
+            local = np.asarray(view.store.kind_codes)[rows]
+            codes, first = np.unique(local, return_index=True)
+            order.update(dict.fromkeys(view.store.kinds[c] for c in codes[np.argsort(first)].tolist()))
+            locals_.append(local)
+        index = {kind: code for code, kind in enumerate(order)}
+        codes = [np.array([index.get(k, -1) for k in view.store.kinds] or [-1], dtype=np.int32)[local]
+                 for view, local in zip(self.views, locals_)]
+        return tuple(order), np.concatenate(codes) if codes else np.empty(0, np.int32)
 
     def surface_indices(self) -> np.ndarray:
         parts = [np.asarray(v.store.surface_indices)[rows] for v, rows in zip(self.views, self.kept)]
         return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, np.int64)
 
     def postings(self) -> Postings:
-        vocab, arrays = merge_postings([v.postings for v in self.views],
-                                       [None if rows.size == v.n_rows else v.store.live
-                                        for v, rows in zip(self.views, self.kept)])
+        masks = []
+        for view, rows in zip(self.views, self.kept):
+            mask = None
+            if rows.size != view.n_rows:
+                mask = np.zeros(view.n_rows, dtype=bool)
+                mask[rows] = True
+            masks.append(mask)
+        vocab, arrays = merge_postings([v.postings for v in self.views], masks)
         return Postings(vocab=vocab, **arrays)
 
     def vector_blocks(self) -> Iterator[np.ndarray]:
@@ -204,7 +231,7 @@ def merged_ledger(views: Sequence[SegmentView], kept: Sequence[np.ndarray]) -> t
         entry = rows[keep]
         remap = np.full(store.n_rows, -1, dtype=np.int64)
         remap[rows_kept] = np.arange(rows_kept.size) + base
-        new = np.where(entry >= 0, remap[np.maximum(entry, 0)], -1)
+        new = np.where(entry >= 0, remap[np.maximum(entry, 0)], -1)  # every listed row is kept
         present = entry >= 0
         key = np.full(entry.size, -1, dtype=np.int64)
         key[present] = np.asarray(store.surface_indices)[entry[present]]
@@ -213,10 +240,7 @@ def merged_ledger(views: Sequence[SegmentView], kept: Sequence[np.ndarray]) -> t
         key = np.where(positions >= 0, key[np.maximum(positions, 0)], -1)
         missing_at = dict(zip(np.flatnonzero(rows < 0).tolist(), table.missing))
         full_index = np.flatnonzero(keep)
-        dropped = np.flatnonzero(new < 0)  # listed ids without a merged row: the store lacks them, or they were deleted
-        held = dropped[entry[dropped] >= 0]
-        ids = dict(zip(held.tolist(), store.record_ids_of(entry[held]).tolist()))
-        gone = [missing_at[int(full_index[i])] if entry[i] < 0 else ids[i] for i in dropped.tolist()]
+        gone = [missing_at[int(full_index[i])] for i in np.flatnonzero(entry < 0).tolist()]  # ids the store lacks
         gids.append(entry_gid)
         rows_out.append(new)
         keys.append(key)
@@ -250,9 +274,8 @@ def _assemble(names: dict[str, int], gids: list[np.ndarray], rows_out: list[np.n
             [missing_of[i] for i in order.tolist() if new[i] < 0])
 
 
-def merged_segment(views: Sequence[SegmentView], segment_id: str, *, name: str | None = None) -> Segment:
-    """The segment in memory holding the views' live rows in order (see the module docstring)."""
-    parts = MergedParts.of(views)
+def merged_segment(parts: MergedParts, segment_id: str, *, name: str | None = None) -> Segment:
+    """The segment in memory holding the parts' kept rows in order (see the module docstring)."""
     kinds, codes = parts.kinds()
     artifacts, offsets, rows, missing = parts.ledger()
 

@@ -124,6 +124,8 @@ def new_vectors(records: Sequence[Record], parts: Sequence[SegmentView], context
     """(vectors of *records* in order or None for a lexical-only corpus, texts embedded, vectors reused)."""
     info = context.embedder_info
     label = context.label()
+    if not records:
+        return None, 0, 0
     if info is None:
         carrying = [str(r.id) for r in records if r.vector is not None]
         if carrying:

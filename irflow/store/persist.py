@@ -338,9 +338,12 @@ def load_rows(generation: gens.Generation, file: str, n_rows: int, *, verify: bo
     if rows.ndim != 1 or rows.dtype.kind not in "iu":
         raise CorpusError(f"{generation.dir}/{file} is not a 1-d integer array; the corpus is damaged — rebuild it")
     rows = rows.astype(np.int64)
-    if rows.size and (rows.min() < 0 or rows.max() >= n_rows or bool((np.diff(rows) <= 0).any())):
-        raise CorpusError(f"{generation.dir}/{file} does not name rows of 0..{n_rows - 1} in ascending order; the "
-                          "corpus is damaged — rebuild it")
+    if rows.size and (rows.min() < 0 or rows.max() >= n_rows):
+        raise CorpusError(f"{generation.dir}/{file} names rows outside 0..{n_rows - 1}; the corpus is damaged — "
+                          "rebuild it")
+    if bool((np.diff(rows) <= 0).any()):
+        raise CorpusError(f"{generation.dir}/{file} does not name its rows once each, ascending; the corpus is "
+                          "damaged — rebuild it")
     return rows
 
 

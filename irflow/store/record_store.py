@@ -318,6 +318,21 @@ class CorpusStore:
         row = self._id_index().get(record_id)
         return row if row is not None and self._live[row] else None
 
+    def stale_rows(self, *, record_id: str | None = None, artifact: str | None = None,
+                   every: bool = False) -> np.ndarray:
+        """Deleted rows the ledger still lists (``delete_record``'s): of a record id, of an artifact, or ``every`` one."""
+        if every:
+            rows = np.flatnonzero(~self._live).astype(np.int64)
+        elif record_id is not None:
+            row = self._id_index().get(record_id)
+            rows = np.array([] if row is None else [row], dtype=np.int64)
+        else:
+            found = self._ledger.entry(str(artifact))
+            rows = np.empty(0, np.int64) if found is None else found[0][found[0] >= 0]
+        unlisted = self._unlisted
+        keep = ~self._live[rows] if unlisted is None else ~self._live[rows] & ~unlisted[rows]
+        return rows[keep]
+
     def get(self, record_id: str) -> Record:
         """The live record with this id (KeyError naming the id when absent or deleted)."""
         return self.record(self.row_of(record_id))

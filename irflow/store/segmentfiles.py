@@ -241,8 +241,10 @@ def merged_payloads(parts: MergedParts, segment_id: str) -> tuple[dict[str, gens
     digests = parts.digests()
     if digests is not None:
         files[at + TEXT_HASH] = digests
-    entry = {"id": segment_id, "rows": parts.n_rows, "live": parts.n_rows, "kinds": list(kinds), "records": 2,
-             "terms": postings.vocab_size, "postings": postings.n_postings,
+    deleted = parts.deleted()  # rows deleted out of band, still listed: kept (see irflow.store.merging)
+    files.update(tombstone_payloads(segment_id, deleted, np.empty(0, np.int64)))
+    entry = {"id": segment_id, "rows": parts.n_rows, "live": parts.n_rows - int(deleted.size), "kinds": list(kinds),
+             "records": 2, "terms": postings.vocab_size, "postings": postings.n_postings,
              "postings_arrays": sorted(postings.arrays()), "vectors": dim is not None,
-             "text_hash": digests is not None, "deleted": 0, "unlisted": 0}
+             "text_hash": digests is not None, "deleted": int(deleted.size), "unlisted": 0}
     return files, entry

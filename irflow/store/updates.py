@@ -110,10 +110,13 @@ class Change:
     added: int
     replaced: int
     deleted: int
+    #: per segment, deleted rows still listed (``delete_record``'s) that the batch takes off the ledger: the
+    #: same id written again, or their artifact put or deleted
+    unlisted: tuple[np.ndarray, ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not self.records and not any(r.size for r in self.removed)
+        return not self.records and not any(r.size for r in (*self.removed, *self.unlisted))
 
 
 class _Working:
@@ -123,6 +126,7 @@ class _Working:
         self.parts = parts
         self.label = label
         self.removed: list[set[int]] = [set() for _ in parts]
+        self.unlist: list[set[int]] = [set() for _ in parts]  # deleted rows still listed, to take off the ledger
         self.removed_ids: set[str] = set()  # ids live at the start that the batch removed
         self.pending: dict[str, Record] = {}  # new records by id, in the order written
         self._by_artifact: dict[str, dict[int, str]] = {}  # artifact -> surface_index -> live id
@@ -187,11 +191,18 @@ class _Working:
 
     def insert(self, record: Record) -> None:
         record_id = str(record.id)
+        for s, part in enumerate(self.parts):  # an old row of the id still listed: the ledger lists the new one
+            self.unlist[s].update(part.store.stale_rows(record_id=record_id).tolist())
         self.pending[record_id] = record
         self.surfaces(record.artifact_id)[int(record.surface_index)] = record_id  # type: ignore[arg-type]
 
     def artifact_ids(self, artifact: str) -> list[str]:
         return list(self.surfaces(artifact).values())
+
+    def unlist_artifact(self, artifact: str) -> None:
+        """Take the artifact's deleted rows still listed off the ledger (it is put anew, or deleted)."""
+        for s, part in enumerate(self.parts):
+            self.unlist[s].update(part.store.stale_rows(artifact=artifact).tolist())
 
 
 def _refuse(what: str, ids: Sequence[str], fix: str) -> None:
@@ -246,6 +257,7 @@ def _apply(work: _Working, op: Operation) -> None:
             _missing_ones("artifact", [op.artifact], op.missing, work)
         for record_id in held:
             work.remove(record_id)
+        work.unlist_artifact(op.artifact)
     else:  # put_artifact
         strangers = [f"{r.id or '#' + str(i)} (artifact {r.artifact_id!r})" for i, r in enumerate(op.records)
                      if r.artifact_id != op.artifact]
@@ -253,6 +265,7 @@ def _apply(work: _Working, op: Operation) -> None:
                 f"every record must have artifact_id {op.artifact!r}")
         for record_id in work.artifact_ids(op.artifact):
             work.remove(record_id)
+        work.unlist_artifact(op.artifact)
         if op.records:
             _add(work, op.records, replace=False, first=True)
 
@@ -270,6 +283,7 @@ def apply_operations(parts: Sequence[SegmentView], operations: Sequence[Operatio
         added=len(records) - replaced,
         replaced=replaced,
         deleted=len(work.removed_ids) - replaced,
+        unlisted=tuple(np.array(sorted(rows), dtype=np.int64) for rows in work.unlist),
     )
 
 

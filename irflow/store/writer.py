@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from irflow.kernels.postings import Postings
-from irflow.store.merging import merged_segment
+from irflow.store.merging import MergedParts, merged_segment
 from irflow.store.mergepolicy import SegmentInfo
 from irflow.store.record_store import CorpusStore
 from irflow.store.records import Record
@@ -105,13 +105,14 @@ class MemoryWriter:
     def tombstoned(self, state: CorpusState, change: Change) -> list[SegmentView]:
         """The state's views with the change's removals (views of unchanged segments are kept, caches and all)."""
         parts = []
-        for part, removed in zip(state.parts, change.removed):
-            if not removed.size:
+        unlisted = change.unlisted or tuple(np.empty(0, np.int64) for _ in change.removed)
+        for part, removed, stale in zip(state.parts, change.removed, unlisted):
+            if not removed.size and not stale.size:
                 parts.append(part)
                 continue
             store = part.store
             parts.append(SegmentView(part.segment, self.context, deleted=np.union1d(store.deleted_rows, removed),
-                                     unlisted=np.union1d(store.unlisted_rows, removed)))
+                                     unlisted=np.union1d(np.union1d(store.unlisted_rows, removed), stale)))
         return parts
 
     def commit(self, state: CorpusState, change: Change, vectors: np.ndarray | None,
@@ -146,9 +147,10 @@ class MemoryWriter:
             run = state.parts[start:end]
             if keep_empty or any(p.n_live for p in run) or _stale(run):
                 with bar(progress, "merging", total=1, unit="merge") as shown:
-                    segment = merged_segment(run, segment_id(self.take_number()), name=self.context.name)
+                    merged = MergedParts.of(run)
+                    segment = merged_segment(merged, segment_id(self.take_number()), name=self.context.name)
                     shown.update(1)
-                parts.append(SegmentView(segment, self.context))
+                parts.append(SegmentView(segment, self.context, deleted=merged.deleted()))
             at = end
         parts.extend(state.parts[at:])
         return make_state(parts, state.version + 1, self.context)
