@@ -77,7 +77,10 @@ def merge_postings(parts: Sequence[Postings], kept: Sequence[np.ndarray | None])
     """``(vocabulary, arrays)`` of the parts' kept rows (a bool mask per part; None: every row), in order."""
     vocab, maps = _term_maps(parts)
     n_terms = len(vocab)
-    remaps, lengths, counts, df = [], [], [], np.zeros(n_terms, dtype=np.int64)
+    remaps: list[np.ndarray] = []
+    lengths: list[np.ndarray] = []
+    counts: list[np.ndarray] = []
+    df = np.zeros(n_terms, dtype=np.int64)
     largest_tf = 0
     for part, keep, term_map in zip(parts, kept, maps):
         rows = np.arange(part.n_rows) if keep is None else np.flatnonzero(keep)
@@ -96,7 +99,7 @@ def merge_postings(parts: Sequence[Postings], kept: Sequence[np.ndarray | None])
     np.cumsum(df, out=term_offsets[1:])
     n_postings = int(term_offsets[-1])
     post_rows = np.empty(n_postings, dtype=np.int32)
-    post_tfs = np.empty(n_postings, dtype=_smallest_unsigned(largest_tf))
+    post_tfs: np.ndarray = np.empty(n_postings, dtype=_smallest_unsigned(largest_tf))
     row_terms = np.empty(n_postings, dtype=np.int32)
     cursor = term_offsets[:-1].copy()
     at = 0
@@ -107,7 +110,7 @@ def merge_postings(parts: Sequence[Postings], kept: Sequence[np.ndarray | None])
             terms = term_map[part.gather_row_terms(rows[lo:lo + (1 << 16)])]
             row_terms[at:at + terms.size] = terms
             at += terms.size
-    arrays = {"term_offsets": term_offsets, "post_rows": post_rows, "post_tfs": post_tfs,
+    arrays: dict[str, np.ndarray] = {"term_offsets": term_offsets, "post_rows": post_rows, "post_tfs": post_tfs,
               "doc_lengths": doc_lengths, "row_offsets": row_offsets, "row_terms": row_terms}
     return vocab, arrays
 

@@ -83,9 +83,8 @@ class RowMap:
 
     def to_global(self, shard: int, local: np.ndarray) -> np.ndarray:
         local = np.asarray(local, dtype=np.int64)
-        if self.contiguous:
-            return local + self.first[shard]
-        return self.rows[shard][local]
+        found: np.ndarray = local + self.first[shard] if self.contiguous else self.rows[shard][local]
+        return found
 
     def to_local(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(shard, local row) of each global row (IndexError for a row outside the corpus)."""

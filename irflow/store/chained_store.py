@@ -208,7 +208,7 @@ class SegmentedStore(CorpusStore):
     def row_of(self, record_id: str) -> int:
         deleted = False
         for i, part in enumerate(self._parts):
-            local = part._id_index().get(record_id)
+            local = part._row(record_id)
             if local is None:
                 continue
             if part._live[local]:
@@ -265,8 +265,8 @@ class SegmentedStore(CorpusStore):
         groups: list[np.ndarray] = []
         listed: list[bool] = []
         stale: list[tuple[str, str]] = []
-        for artifact in artifact_ids:
-            found = self._ledger.entry(artifact)
+        artifact_ids = list(artifact_ids)
+        for artifact, found in zip(artifact_ids, self._ledger.entries(artifact_ids)):
             listed.append(found is not None)
             if found is None:
                 groups.append(np.empty(0, np.int64))

@@ -74,8 +74,9 @@ class LedgerView(Mapping[str, tuple[str, ...]]):
         self._surface_indices_of = surface_indices_of
         self._order: list[str] | None = None
 
-    def _part_entry(self, part: LedgerPart, artifact: str) -> tuple[np.ndarray, list[str]] | None:
-        found = part.table.entry(artifact)
+    @staticmethod
+    def _listed(part: LedgerPart, found: tuple[np.ndarray, list[str]] | None) -> tuple[np.ndarray, list[str]] | None:
+        """A part's entry less its unlisted rows (None when they were all unlisted)."""
         if found is None or part.unlisted is None:
             return found
         rows, missing = found
@@ -88,13 +89,22 @@ class LedgerView(Mapping[str, tuple[str, ...]]):
 
     def entry(self, artifact: str) -> tuple[np.ndarray, list[str]] | None:
         """(listed global rows in plan order, -1 for an id the store lacks; those ids), or None when unlisted."""
+        return self.entries([artifact])[0]
+
+    def entries(self, artifacts: Sequence[str]) -> list[tuple[np.ndarray, list[str]] | None]:
+        """:meth:`entry` of each artifact (each part looked up once for all of them)."""
+        per_part = [part.table.entries(artifacts) for part in self.parts]
+        return [self._combine([(part, self._listed(part, found[i])) for part, found in zip(self.parts, per_part)])
+                for i in range(len(artifacts))]
+
+    def _combine(self, found: list[tuple[LedgerPart, tuple[np.ndarray, list[str]] | None]]
+                 ) -> tuple[np.ndarray, list[str]] | None:
         rows_parts: list[np.ndarray] = []
         missing: list[str] = []
-        for part in self.parts:
-            found = self._part_entry(part, artifact)
-            if found is None:
+        for part, entry in found:
+            if entry is None:
                 continue
-            rows, gone = found
+            rows, gone = entry
             rows_parts.append(np.where(rows >= 0, rows + part.offset, -1) if part.offset else np.asarray(rows))
             missing.extend(gone)
         if not rows_parts:

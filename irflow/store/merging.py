@@ -149,8 +149,9 @@ class MergedParts:
     def strings(self, column: str) -> KeptStrings:
         """``"id"``, ``"artifact_id"``, ``"text"`` or ``"metadata"`` (JSON texts) of the kept rows."""
         stores = [v.segment.store for v in self.views]
-        held = {"id": [s.id_column for s in stores], "artifact_id": [s.artifact_column for s in stores],
-                "text": [s.texts for s in stores], "metadata": [_metadata_strings(s.metadata) for s in stores]}
+        held: dict[str, list[Any]] = {
+            "id": [s.id_column for s in stores], "artifact_id": [s.artifact_column for s in stores],
+            "text": [s.texts for s in stores], "metadata": [_metadata_strings(s.metadata) for s in stores]}
         return KeptStrings.of(held[column], self.kept)
 
     def kinds(self) -> tuple[tuple[str, ...], np.ndarray]:
@@ -163,9 +164,9 @@ class MergedParts:
             order.update(dict.fromkeys(view.store.kinds[c] for c in codes[np.argsort(first)].tolist()))
             locals_.append(local)
         index = {kind: code for code, kind in enumerate(order)}
-        codes = [np.array([index.get(k, -1) for k in view.store.kinds] or [-1], dtype=np.int32)[local]
-                 for view, local in zip(self.views, locals_)]
-        return tuple(order), np.concatenate(codes) if codes else np.empty(0, np.int32)
+        mapped = [np.array([index.get(k, -1) for k in view.store.kinds] or [-1], dtype=np.int32)[local]
+                  for view, local in zip(self.views, locals_)]
+        return tuple(order), np.concatenate(mapped) if mapped else np.empty(0, np.int32)
 
     def surface_indices(self) -> np.ndarray:
         parts = [np.asarray(v.store.surface_indices)[rows] for v, rows in zip(self.views, self.kept)]

@@ -27,10 +27,11 @@ from irflow.errors import CorpusError
 from irflow.kernels.embedders import check_dimension, normalize_rows
 from irflow.store.records import Record
 from irflow.store.segment import CorpusContext, SegmentView
-from irflow.store.textdigest import TextIndex, digest, text_digests
+from irflow.kernels.digests import KeyIndex
+from irflow.store.textdigest import text_digests, text_index
 from irflow.util.progress import bar
 
-__all__ = ["new_vectors", "text_index", "named"]
+__all__ = ["new_vectors", "texts_of", "named"]
 
 
 def named(ids: Sequence[str], limit: int = 5) -> str:
@@ -39,7 +40,7 @@ def named(ids: Sequence[str], limit: int = 5) -> str:
     return shown + (f" and {len(ids) - limit} more ({len(ids)} in all)" if len(ids) > limit else "")
 
 
-def text_index(view: SegmentView) -> TextIndex:
+def texts_of(view: SegmentView) -> KeyIndex:
     """The segment's rows by text digest (made on first need, kept with the segment)."""
     segment = view.segment
     found = segment.derived.get("text_index")
@@ -48,7 +49,7 @@ def text_index(view: SegmentView) -> TextIndex:
         if digests is None:
             digests = text_digests(segment.store.texts)  # a segment of an older format: computed once
             segment.derived["text_digests"] = digests
-        found = segment.derived["text_index"] = TextIndex(np.asarray(digests, dtype=np.uint64), segment.store.texts)
+        found = segment.derived["text_index"] = text_index(segment.store.texts, digests)
     return found
 
 
@@ -71,14 +72,13 @@ def _precomputed(records: Sequence[Record], dim: int, label: str) -> np.ndarray:
 
 def _reused(texts: list[str], parts: Sequence[SegmentView]) -> tuple[np.ndarray, np.ndarray]:
     """For each distinct text, (segment, row) of a row holding it (-1, -1 when none does)."""
-    wanted = np.array([digest(t.encode("utf-8")) for t in texts], dtype=np.uint64)
     where = np.full(len(texts), -1, dtype=np.int64)
     rows = np.full(len(texts), -1, dtype=np.int64)
     for s, part in enumerate(parts):
         todo = np.flatnonzero(where < 0)
         if not todo.size:
             break
-        found = text_index(part).find(wanted[todo], [texts[i] for i in todo.tolist()])
+        found = texts_of(part).find([texts[i] for i in todo.tolist()])
         hit = found >= 0
         where[todo[hit]] = s
         rows[todo[hit]] = found[hit]

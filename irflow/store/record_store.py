@@ -21,6 +21,7 @@ import numpy as np
 
 from irflow.errors import CorpusError
 from irflow.store.columnar import JsonColumn, LedgerTable, StringColumn
+from irflow.store.idindex import IdIndex
 from irflow.store.ledger_view import LedgerPart, LedgerView, ledger_of
 from irflow.store.prepare import prepare_records
 from irflow.store.protocol import Siblings
@@ -34,15 +35,6 @@ TombstoneWriter = Callable[[np.ndarray], np.ndarray]
 #: What a corpus's store calls for ``delete_record`` instead of changing itself (the corpus
 #: commits the delete as a new state; the store it hands out next holds it).
 DeleteHook = Callable[[str], None]
-
-
-class _IdIndex:
-    """record id -> row, built once on first use and shared by every tombstone state of the same columns."""
-
-    __slots__ = ("row_of",)
-
-    def __init__(self) -> None:
-        self.row_of: dict[str, int] | None = None
 
 
 def _rows(rows: Any) -> np.ndarray:
@@ -150,7 +142,7 @@ class CorpusStore:
         self._surface_indices = surface_indices
         self._texts = texts
         self._metadata = metadata
-        self._index = _IdIndex()
+        self._index = IdIndex()
         self._live = np.ones(len(record_ids), dtype=bool)
         self._apply_deleted(np.asarray(deleted_rows, dtype=np.int64))
         self._tombstone_writer = tombstone_writer
@@ -159,16 +151,16 @@ class CorpusStore:
         self.version = 0
 
     def _id_index(self) -> dict[str, int]:
-        """record id -> row, built on first use (a stored corpus's open never pays it); duplicates are damage."""
-        index = self._index
-        if index.row_of is None:
-            ids = self.record_ids.tolist()
-            row_of = dict(zip(ids, range(len(ids))))
-            if len(row_of) != len(ids):
-                where = f"{self._ids.where}: " if isinstance(self._ids, StringColumn) else ""
-                raise CorpusError(f"{where}the store holds duplicate record ids; the corpus is damaged — rebuild it")
-            index.row_of = row_of
-        return index.row_of
+        """record id -> row as a dict (records in memory), built on first use; duplicates are damage."""
+        return self._index.as_dict(self._ids)
+
+    def rows_of_ids(self, record_ids: Sequence[str]) -> np.ndarray:
+        """The row of each record id, -1 for an id the store does not hold (deleted rows included)."""
+        return self._index.find(self._ids, record_ids)
+
+    def _row(self, record_id: str) -> int | None:
+        found = int(self.rows_of_ids([record_id])[0])
+        return None if found < 0 else found
 
     def _set_ledger(self, table: LedgerTable, unlisted: np.ndarray | None) -> None:
         self._table = table
@@ -306,17 +298,27 @@ class CorpusStore:
 
     def row_of(self, record_id: str) -> int:
         """The row of a live record (KeyError naming the id when absent or deleted)."""
-        row = self._id_index().get(record_id)
+        row = self._row(record_id)
         if row is None:
             raise KeyError(f"record {record_id!r} is not in {self._label()}")
         if not self._live[row]:
             raise KeyError(f"record {record_id!r} was deleted from {self._label()} (delete_record)")
         return row
 
+    def live_row_at(self, row: int) -> bool:
+        """Whether *row* is live."""
+        return bool(self._live[row])
+
     def live_row(self, record_id: str) -> int | None:
         """The row of a live record, or None (absent or deleted): a lookup that never raises."""
-        row = self._id_index().get(record_id)
+        row = self._row(record_id)
         return row if row is not None and self._live[row] else None
+
+    def stale_of(self, rows: np.ndarray) -> np.ndarray:
+        """For each row: deleted, and still listed by the ledger (``delete_record``'s)."""
+        rows = _rows(rows)
+        dead = ~self._live[rows]
+        return dead if self._unlisted is None else dead & ~self._unlisted[rows]
 
     def stale_rows(self, *, record_id: str | None = None, artifact: str | None = None,
                    every: bool = False) -> np.ndarray:
@@ -324,7 +326,7 @@ class CorpusStore:
         if every:
             rows = np.flatnonzero(~self._live).astype(np.int64)
         elif record_id is not None:
-            row = self._id_index().get(record_id)
+            row = self._row(record_id)
             rows = np.array([] if row is None else [row], dtype=np.int64)
         else:
             found = self._ledger.entry(str(artifact))
@@ -341,7 +343,7 @@ class CorpusStore:
         return self.get(record_id)
 
     def __contains__(self, record_id: object) -> bool:
-        row = self._id_index().get(record_id) if isinstance(record_id, str) else None
+        row = self._row(record_id) if isinstance(record_id, str) else None
         return row is not None and bool(self._live[row])
 
     def __iter__(self) -> Iterator[Record]:
@@ -444,8 +446,8 @@ class CorpusStore:
         groups: list[np.ndarray] = []
         listed: list[bool] = []
         stale: list[tuple[str, str]] = []
-        for artifact in artifact_ids:
-            found = self._ledger.entry(artifact)
+        artifact_ids = list(artifact_ids)
+        for artifact, found in zip(artifact_ids, self._ledger.entries(artifact_ids)):
             listed.append(found is not None)
             if found is None:
                 groups.append(np.empty(0, np.int64))

@@ -35,6 +35,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import threading
+from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -60,6 +61,41 @@ def _readonly(array: np.ndarray) -> np.ndarray:
     return view
 
 
+class _Statistics:
+    """One row set's BM25 statistics in one state: counts, each token's df as first asked, the Okapi mean.
+
+    What a segment is handed is a :class:`~irflow.kernels.bm25.BM25Stats`
+    over a read-only view of the growing df table and a key that stays the
+    same while its numbers do (a new one once the mean is known): the
+    segments keep their scorers for it, and a token is looked up once.
+    """
+
+    def __init__(self, n_docs: int, total_length: int) -> None:
+        self.n_docs, self.total_length = n_docs, total_length
+        self.df: dict[str, int] = {}
+        self.view = MappingProxyType(self.df)
+        self.mean: float | None = None
+        self.plain = _bm25.BM25Stats(n_docs=n_docs, total_length=total_length, df=self.view)
+        self.key: Any = object()  # by identity: alive as long as the scorers keyed by it
+        self._lock = threading.Lock()
+
+    def learn(self, df: Mapping[str, int]) -> None:
+        with self._lock:
+            self.df.update(df)
+
+    def set_mean(self, mean: float) -> None:
+        with self._lock:
+            if self.mean is None:
+                self.mean = mean
+                self.plain = _bm25.BM25Stats(n_docs=self.n_docs, total_length=self.total_length, df=self.view,
+                                             mean_okapi_idf=mean)
+                self.key = object()
+
+    def current(self) -> tuple[_bm25.BM25Stats, Any]:
+        with self._lock:
+            return self.plain, self.key
+
+
 class SegmentsView:
     """The corpus protocol over several segments' views (see the module docstring); never changes."""
 
@@ -74,7 +110,7 @@ class SegmentsView:
         # (filter, surfaces) key -> the joined mask; id(mask) -> (mask, each segment's part, its statistics key)
         self._masks: collections.OrderedDict[Any, np.ndarray] = collections.OrderedDict()
         self._mask_parts: dict[int, tuple[np.ndarray, list[np.ndarray], Any]] = {}
-        self._means: collections.OrderedDict[Any, float] = collections.OrderedDict()
+        self._statistics: collections.OrderedDict[Any, _Statistics] = collections.OrderedDict()
         self._lock = threading.Lock()
 
     # -- what the corpus is ----------------------------------------------------------------
@@ -263,30 +299,41 @@ class SegmentsView:
             params = _bm25.BM25Params.from_mapping(params)
         tokens = [[str(t) for t in query] for query in query_tokens]
         masks, key = self._parts_of(mask)
+        stats_key = None
         if stats is None:
-            stats = self.bm25_stats(tokens, masks, params, ("all",) if params.stats == "corpus" else key)
-        tops = [p.bm25_topk(tokens, m, fetch_k, params, stats) for p, m in zip(self.parts, masks)]
+            stats, stats_key = self.bm25_stats(tokens, masks, params, ("all",) if params.stats == "corpus" else key)
+        tops = [p.bm25_topk(tokens, m, fetch_k, params, stats, stats_key=stats_key, corpus_rows=self.n_rows)
+                for p, m in zip(self.parts, masks)]
         return merge_topk([(t.query_index, t.row, t.score) for t in tops], self.rowmap, len(tokens), int(fetch_k))
 
     def bm25_stats(self, tokens: Sequence[Sequence[str]], masks: Sequence[np.ndarray | None],
-                   params: _bm25.BM25Params, key: Any) -> _bm25.BM25Stats:
-        """The statistics of the batch's distinct tokens over every segment's statistics rows (and the mean idf when needed)."""
-        distinct = sorted({t for query in tokens for t in query})
+                   params: _bm25.BM25Params, key: Any) -> tuple[_bm25.BM25Stats, Any]:
+        """The statistics of the row set *key* (each segment's statistics rows), and the key they never change under.
+
+        Kept per row set for this state: the counts once, each token's
+        document frequency the first time a query holds it, Okapi's mean
+        idf the first time a negative idf needs it.
+        """
         rows = [p.stats_rows(m, params.stats) for p, m in zip(self.parts, masks)]
-        stats = _bm25.combine_stats([_bm25.partial_stats(p.postings, r, distinct) for p, r in zip(self.parts, rows)])
-        if not any(stats.needs_vocabulary(params, query) for query in tokens):
-            return stats
         with self._lock:
-            mean = self._means.get(key)
-        if mean is None:
-            parts = [_bm25.partial_stats(p.postings, r, [], vocabulary=True) for p, r in zip(self.parts, rows)]
-            mean = float(_bm25.combine_stats(parts).mean_okapi_idf or 0.0)  # every part sent its vocabulary
+            kept = self._statistics.get(key)
+            if kept is not None:
+                self._statistics.move_to_end(key)
+        if kept is None:
+            counts = [_bm25.partial_stats(p.postings, r, []) for p, r in zip(self.parts, rows)]
+            kept = _Statistics(sum(c.n_docs for c in counts), sum(c.total_length for c in counts))
             with self._lock:
-                self._means[key] = mean
-                while len(self._means) > MASK_CACHE_SIZE:
-                    self._means.popitem(last=False)
-        return _bm25.BM25Stats(n_docs=stats.n_docs, total_length=stats.total_length, df=stats.df,
-                               mean_okapi_idf=mean)
+                self._statistics[key] = kept
+                while len(self._statistics) > MASK_CACHE_SIZE:
+                    self._statistics.popitem(last=False)
+        new = sorted({t for query in tokens for t in query} - kept.df.keys())
+        if new:
+            parts = [_bm25.partial_stats(p.postings, r, new) for p, r in zip(self.parts, rows)]
+            kept.learn(_bm25.combine_stats(parts).df)
+        if kept.mean is None and any(kept.plain.needs_vocabulary(params, query) for query in tokens):
+            parts = [_bm25.partial_stats(p.postings, r, [], vocabulary=True) for p, r in zip(self.parts, rows)]
+            kept.set_mean(float(_bm25.combine_stats(parts).mean_okapi_idf or 0.0))
+        return kept.current()
 
     def __repr__(self) -> str:
         live = len(self)

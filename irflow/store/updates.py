@@ -130,14 +130,48 @@ class _Working:
         self.removed_ids: set[str] = set()  # ids live at the start that the batch removed
         self.pending: dict[str, Record] = {}  # new records by id, in the order written
         self._by_artifact: dict[str, dict[int, str]] = {}  # artifact -> surface_index -> live id
+        self._rows_of: dict[str, np.ndarray] = {}  # record id -> its row in each segment (-1: none)
 
-    # -- lookups -------------------------------------------------------------------------
+    # -- lookups (each operation's ids and artifacts looked up at once, per segment) ---------
+
+    def prefetch(self, record_ids: Iterable[str] = (), artifacts: Iterable[str] = ()) -> None:
+        """Look these ids' rows and these artifacts' live surfaces up in every segment, once."""
+        ids = [i for i in dict.fromkeys(record_ids) if i not in self._rows_of]
+        if ids:
+            table = np.stack([part.store.rows_of_ids(ids) for part in self.parts], axis=1)
+            self._rows_of.update(zip(ids, table))
+        names = [a for a in dict.fromkeys(artifacts) if a not in self._by_artifact]
+        if not names:
+            return
+        found: dict[str, dict[int, str]] = {a: {} for a in names}
+        for s, part in enumerate(self.parts):
+            siblings = part.store.sibling_rows(names)
+            if not siblings.rows.size:
+                continue
+            rows = siblings.rows
+            indices = part.store.surface_indices_of(rows).tolist()
+            ids_of = part.store.record_ids_of(rows).tolist()
+            removed = self.removed[s]
+            for i, artifact in enumerate(names):
+                for j in range(int(siblings.offsets[i]), int(siblings.offsets[i + 1])):
+                    if int(rows[j]) not in removed:
+                        found[artifact][indices[j]] = ids_of[j]
+        for record in self.pending.values():
+            if record.artifact_id in found:
+                found[record.artifact_id][int(record.surface_index)] = str(record.id)  # type: ignore[arg-type]
+        self._by_artifact.update(found)
+
+    def _rows(self, record_id: str) -> np.ndarray:
+        rows = self._rows_of.get(record_id)
+        if rows is None:
+            self.prefetch([record_id])
+            rows = self._rows_of[record_id]
+        return rows
 
     def existing(self, record_id: str) -> tuple[int, int] | None:
         """(segment, local row) of a record live at the start and not removed since."""
-        for s, part in enumerate(self.parts):
-            row = part.store.live_row(record_id)
-            if row is not None and row not in self.removed[s]:
+        for s, row in enumerate(self._rows(record_id).tolist()):
+            if row >= 0 and row not in self.removed[s] and self.parts[s].store.live_row_at(row):
                 return s, row
         return None
 
@@ -146,20 +180,9 @@ class _Working:
 
     def surfaces(self, artifact: str) -> dict[int, str]:
         """surface_index -> id of the artifact's live records (those live at the start read from the ledgers)."""
-        found = self._by_artifact.get(artifact)
-        if found is None:
-            found = {}
-            for s, part in enumerate(self.parts):
-                rows = part.store.sibling_rows([artifact]).rows
-                rows = np.array([r for r in rows.tolist() if r not in self.removed[s]], dtype=np.int64)
-                if rows.size:
-                    found.update(zip(part.store.surface_indices_of(rows).tolist(),
-                                     part.store.record_ids_of(rows).tolist()))
-            for record in self.pending.values():
-                if record.artifact_id == artifact:
-                    found[int(record.surface_index)] = str(record.id)  # type: ignore[arg-type]
-            self._by_artifact[artifact] = found
-        return found
+        if artifact not in self._by_artifact:
+            self.prefetch(artifacts=[artifact])
+        return self._by_artifact[artifact]
 
     def next_index(self, artifact: str) -> int:
         """Where an omitted surface_index of *artifact* starts: after its highest live one."""
@@ -181,8 +204,9 @@ class _Working:
         store = self.parts[s].store
         self.removed[s].add(row)
         self.removed_ids.add(record_id)
-        artifact = str(store.artifact_ids_of([row])[0])
-        self._forget(artifact, int(store.surface_indices_of([row])[0]), record_id)
+        if self._by_artifact:  # keep the artifacts looked up so far right (one row's strings decoded)
+            record = store.record(row)
+            self._forget(record.artifact_id, int(record.surface_index), record_id)  # type: ignore[arg-type]
 
     def _forget(self, artifact: str, index: int, record_id: str) -> None:
         held = self._by_artifact.get(artifact)
@@ -191,8 +215,9 @@ class _Working:
 
     def insert(self, record: Record) -> None:
         record_id = str(record.id)
-        for s, part in enumerate(self.parts):  # an old row of the id still listed: the ledger lists the new one
-            self.unlist[s].update(part.store.stale_rows(record_id=record_id).tolist())
+        for s, row in enumerate(self._rows(record_id).tolist()):  # an old row of the id still listed: unlist it
+            if row >= 0 and bool(self.parts[s].store.stale_of(np.array([row]))[0]):
+                self.unlist[s].add(row)
         self.pending[record_id] = record
         self.surfaces(record.artifact_id)[int(record.surface_index)] = record_id  # type: ignore[arg-type]
 
@@ -212,7 +237,9 @@ def _refuse(what: str, ids: Sequence[str], fix: str) -> None:
 
 def _add(work: _Working, records: Sequence[Record], replace: bool, first: bool) -> None:
     """add (``replace=False``) or upsert of prepared records; ``first``: number omitted indices from 0."""
+    work.prefetch(artifacts=[r.artifact_id for r in records])
     prepared = prepare_records(records, first_index=None if first else work.next_index)
+    work.prefetch(record_ids=[str(r.id) for r in prepared])
     if not replace:
         taken = [str(r.id) for r in prepared if work.is_live(str(r.id))]
         _refuse(f"{len(taken)} record(s) already in {work.label}", taken,
@@ -246,6 +273,7 @@ def _apply(work: _Working, op: Operation) -> None:
     if op.kind in ("add", "upsert"):
         _add(work, op.records, replace=op.kind == "upsert", first=False)
     elif op.kind == "delete":
+        work.prefetch(record_ids=op.ids)
         gone = [record_id for record_id in op.ids if not work.is_live(record_id)]
         _missing_ones("record id(s)", gone, op.missing, work)
         for record_id in op.ids:

@@ -111,7 +111,7 @@ class _Scorer:
     """Scores queries against one candidate set with fixed statistics."""
 
     def __init__(self, postings: Postings, params: BM25Params, mask: np.ndarray | None,
-                 stats_mask: np.ndarray | None, supplied: BM25Stats | None = None) -> None:
+                 stats_mask: np.ndarray | None, supplied: BM25Stats | None = None, fixed: bool = False) -> None:
         self.postings = postings
         self.params = params
         self.variant = params.variant
@@ -133,6 +133,8 @@ class _Scorer:
         self.dense_ok = False
         self.head_index, self.head = postings.head_columns()
         self._tokens: dict[str, tuple[int, int, int, int, float, float]] = {}  # see terms()
+        # supplied statistics that never change (bm25_topk's stats_key): tokens are looked up once, too
+        self.fixed = fixed
         self._compiled_cache: dict[bool, tuple[np.ndarray, ...]] = {}  # see _compiled_arrays()
         if self.usable:
             self.norms, positive = _norms(postings, self.stats, params)
@@ -179,7 +181,7 @@ class _Scorer:
             known = cache.get(token)
             if known is None:
                 known = self._describe(token)
-                if supplied is None:  # fixed statistics: a reused scorer looks a token up once
+                if supplied is None or self.fixed:  # fixed statistics: a reused scorer looks a token up once
                     if len(cache) >= 1 << 16:
                         cache.clear()
                     cache[token] = known
@@ -349,12 +351,12 @@ class _Scorer:
 
     # -- query ------------------------------------------------------------------------
 
-    def top(self, tokens: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(rows, scores) of the top ``k`` candidates containing a query token."""
+    def top(self, tokens: Sequence[str], k: int, corpus_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, scores) of the top ``k`` candidates containing a query token (``corpus_rows``: see bm25_topk)."""
         terms, constant = self.terms(tokens)
         if not terms:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
-        compiled = kernel.compiled_module(self.postings.n_rows)
+        compiled = kernel.compiled_module(self.postings.n_rows if corpus_rows is None else corpus_rows)
         if compiled is not None:
             return self._compiled_top(compiled, terms, k, constant)
         rows, scores = self._pruned(terms, k, constant) if self.prune_ok and len(terms) > 1 else (None, None)

@@ -32,7 +32,9 @@ __all__ = ["BM25Stats", "PartialStats", "partial_stats", "combine_stats", "mean_
 
 
 def _frozen_counts(value: Mapping[str, int] | None) -> Mapping[str, int] | None:
-    return None if value is None else MappingProxyType({str(t): int(c) for t, c in dict(value).items()})
+    if value is None or isinstance(value, MappingProxyType):  # read-only already (a caller's live view: kept)
+        return value
+    return MappingProxyType({str(t): int(c) for t, c in dict(value).items()})
 
 
 def _non_negative(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
