@@ -168,3 +168,20 @@ def test_the_writer_lock_waits_then_says_so(tmp_path):
         thread.join()
     with gens.locked(root, timeout=0.2):  # free again
         pass
+
+
+@settings(max_examples=60, deadline=None)
+@given(tokens, st.lists(st.sampled_from(["a", "b", "c", "ff"]), min_size=1, max_size=4),
+       st.integers(1, 6), st.floats(-1, 3), st.sampled_from(["okapi", "bm25l", "bm25plus"]))
+def test_a_floor_leaves_out_exactly_the_rows_at_or_below_it(docs, query, k, floor, variant):
+    from irflow.kernels.bm25 import BM25Params, bm25_topk, use_kernel
+    postings = Postings.build(docs)
+    params = BM25Params(variant=variant)
+    for name in ("numpy", "numba"):
+        with use_kernel(name):
+            every = bm25_topk(postings, [query], None, 10_000, params)
+            rows, scores = every.per_query(0)
+            above = scores > floor
+            expected = (rows[above][:k].tolist(), scores[above][:k].tolist())
+            top = bm25_topk(postings, [query], None, k, params, floor=np.array([floor]))
+            assert (top.row.tolist(), top.score.tolist()) == expected, name

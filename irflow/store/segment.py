@@ -421,19 +421,21 @@ class SegmentView:
         *,
         stats_key: Any = None,
         corpus_rows: int | None = None,
+        floor: np.ndarray | None = None,
     ) -> TopK:
         """BM25 top *fetch_k* over the candidates (live rows only); corpus statistics leave deleted rows out.
 
         ``stats``: collection statistics supplied from outside (a shard of a
         larger corpus, or a segment of one, scoring with the global ones, see
         :func:`irflow.kernels.bm25.combine_stats`); they replace ``params.stats``.
-        ``stats_key`` and ``corpus_rows``: see :func:`irflow.kernels.bm25.bm25_topk`.
+        ``stats_key``, ``corpus_rows`` and ``floor``: see :func:`irflow.kernels.bm25.bm25_topk`.
         """
         if not isinstance(params, _bm25.BM25Params):
             params = _bm25.BM25Params.from_mapping(params)
         _, live = self._masks.live_facts()
         return _bm25.bm25_topk(self.postings, query_tokens, self.effective_mask(mask), fetch_k, params,
-                               corpus_mask=live, stats=stats, stats_key=stats_key, corpus_rows=corpus_rows)
+                               corpus_mask=live, stats=stats, stats_key=stats_key, corpus_rows=corpus_rows,
+                               floor=floor)
 
     def stats_rows(self, mask: np.ndarray | None, mode: str) -> np.ndarray | None:
         """The rows BM25's statistics run over here: every live row (``"corpus"``) or the live candidates."""

@@ -61,6 +61,10 @@ def _readonly(array: np.ndarray) -> np.ndarray:
     return view
 
 
+_NO_ROWS = np.empty(0, dtype=np.int64)
+_NO_SCORES = np.empty(0, dtype=np.float64)
+
+
 class _Statistics:
     """One row set's BM25 statistics in one state: counts, each token's df as first asked, the Okapi mean.
 
@@ -302,9 +306,45 @@ class SegmentsView:
         stats_key = None
         if stats is None:
             stats, stats_key = self.bm25_stats(tokens, masks, params, ("all",) if params.stats == "corpus" else key)
-        tops = [p.bm25_topk(tokens, m, fetch_k, params, stats, stats_key=stats_key, corpus_rows=self.n_rows)
-                for p, m in zip(self.parts, masks)]
-        return merge_topk([(t.query_index, t.row, t.score) for t in tops], self.rowmap, len(tokens), int(fetch_k))
+        return self._ranked(tokens, masks, int(fetch_k), params, stats, stats_key)
+
+    def _ranked(self, tokens: list[list[str]], masks: Sequence[np.ndarray | None], k: int,
+                params: _bm25.BM25Params, stats: _bm25.BM25Stats, stats_key: Any) -> TopK:
+        """Each query's top ``k``: the segments in row order, each told the k-th score found before it.
+
+        A segment's rows scoring at or below it lose to those rows (higher
+        scores, or equal ones on lower rows), so they need not be scored
+        (the kernel prunes from it) and the tops merge by concatenation.
+        """
+        n = len(tokens)
+        if k <= 0 or not n:
+            return TopK.empty(n)
+        scorers = []
+        for part, m in zip(self.parts, masks):
+            scorer = _bm25.bm25_scorer(part.postings, part.effective_mask(m), params, stats, stats_key)
+            scorers.append(scorer if scorer.usable else None)
+        first, total = self.rowmap.first.tolist(), self.n_rows
+        rows_out, scores_out = [], []
+        for query in tokens:
+            rows, scores, floor = _NO_ROWS, _NO_SCORES, -np.inf
+            for scorer, offset in zip(scorers, first):
+                if scorer is None:
+                    continue
+                found, values = scorer.top(query, k, total, floor)
+                if not found.size:
+                    continue
+                if rows.size:
+                    rows = np.concatenate([rows, found + offset])  # rows so far are lower: ties stay theirs
+                    scores = np.concatenate([scores, values])
+                    keep = np.argsort(-scores, kind="stable")[:k]
+                    rows, scores = rows[keep], scores[keep]
+                else:
+                    rows, scores = found + offset, values
+                if rows.size == k:
+                    floor = float(scores[-1])
+            rows_out.append(rows)
+            scores_out.append(scores)
+        return TopK.from_parts(rows_out, scores_out)
 
     def bm25_stats(self, tokens: Sequence[Sequence[str]], masks: Sequence[np.ndarray | None],
                    params: _bm25.BM25Params, key: Any) -> tuple[_bm25.BM25Stats, Any]:

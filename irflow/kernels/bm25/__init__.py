@@ -65,7 +65,7 @@ from irflow.kernels.postings import Postings
 from irflow.kernels.topk import TopK
 
 __all__ = [
-    "BM25Params", "BM25ParamError", "BM25Stats", "PartialStats", "bm25_topk", "bm25_scores",
+    "BM25Params", "BM25ParamError", "BM25Stats", "PartialStats", "bm25_topk", "bm25_scores", "bm25_scorer",
     "partial_stats", "combine_stats", "mean_okapi_idf", "VARIANTS", "STATS", "DEFAULT_DELTA",
     "kernel_name", "use_kernel", "KERNEL_ENV",
 ]
@@ -105,7 +105,7 @@ def _prepare(postings: Postings, mask: np.ndarray | None, params: BM25Params,
 def bm25_topk(postings: Postings, query_tokens: Sequence[Sequence[str]], mask: np.ndarray | None,
               fetch_k: int, params: BM25Params = BM25Params(), *,
               corpus_mask: np.ndarray | None = None, stats: BM25Stats | None = None, stats_key: Any = None,
-              corpus_rows: int | None = None) -> TopK:
+              corpus_rows: int | None = None, floor: np.ndarray | None = None) -> TopK:
     """Top ``fetch_k`` BM25 candidates of each tokenized query, as one ``TopK``.
 
     ``mask`` (bool, one entry per row; None = every row) selects the
@@ -123,8 +123,12 @@ def bm25_topk(postings: Postings, query_tokens: Sequence[Sequence[str]], mask: n
     the caller fills, before each call, for the call's tokens.
     ``corpus_rows``: the rows of the whole corpus this index is a part of,
     which picks the kernel (see :mod:`irflow.kernels.bm25.kernel`) as for a
-    corpus of that size.  Only candidates containing at least one query
-    token are returned; ties break by row order.
+    corpus of that size.  ``floor`` (one per query): rows scoring at or
+    below it are left out, and pruning starts from it — a part of a corpus
+    whose earlier parts (lower rows, winning ties) found ``fetch_k`` rows
+    scoring at least that (see :mod:`irflow.store.segments`).  Only
+    candidates containing at least one query token are returned; ties break
+    by row order.
 
     >>> p = Postings.build([["a", "b"], ["b"], ["c"]])
     >>> bm25_topk(p, [["b"], ["zz"]], np.array([True, True, False]), 5).counts().tolist()
@@ -134,12 +138,27 @@ def bm25_topk(postings: Postings, query_tokens: Sequence[Sequence[str]], mask: n
     scorer = _prepare(postings, mask, params, corpus_mask, stats, stats_key)
     if fetch_k <= 0 or not scorer.usable or n_queries == 0:
         return TopK.empty(n_queries)
+    floors = [-np.inf] * n_queries if floor is None else np.asarray(floor, dtype=np.float64).reshape(-1).tolist()
     if n_queries == 1:  # the common case, without the batch bookkeeping
-        rows, scores = scorer.top(query_tokens[0], fetch_k, corpus_rows)
+        rows, scores = scorer.top(query_tokens[0], fetch_k, corpus_rows, floors[0])
         return TopK._trusted(np.zeros(rows.size, np.int32), rows, scores, 1,
                              np.array([0, rows.size], dtype=np.int64))
-    rows, scores = zip(*(scorer.top(tokens, fetch_k, corpus_rows) for tokens in query_tokens))
+    rows, scores = zip(*(scorer.top(tokens, fetch_k, corpus_rows, low) for tokens, low in zip(query_tokens, floors)))
     return TopK.from_parts(list(rows), list(scores))
+
+
+def bm25_scorer(postings: Postings, mask: np.ndarray | None, params: BM25Params, stats: BM25Stats,
+                stats_key: Any = None) -> Any:
+    """The scorer ``bm25_topk(postings, ..., mask, params=params, stats=stats, stats_key=stats_key)`` uses.
+
+    For a caller that scores many parts of one corpus query by query (the
+    segments of a corpus, :mod:`irflow.store.segments`): ``scorer.usable``
+    (False: no statistics rows, nothing scores), and
+    ``scorer.top(tokens, k, corpus_rows, floor)`` -> (rows, scores) of one
+    query, best first, as ``bm25_topk`` returns them — without the batch's
+    bookkeeping around each call.
+    """
+    return _prepare(postings, mask, params, None, stats, stats_key)
 
 
 def bm25_scores(postings: Postings, query_tokens: Sequence[str], mask: np.ndarray | None,

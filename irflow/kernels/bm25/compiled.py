@@ -118,7 +118,7 @@ def _find(post_rows, lo, hi, r):  # pragma: no cover - compiled
 
 @njit(nogil=True, cache=True, error_model="numpy")
 def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, kept_head, kept_norms,
-         k, variant, k1, delta, constant, margin, prune, block):  # pragma: no cover - compiled
+         k, variant, k1, delta, constant, margin, prune, block, least_score):  # pragma: no cover - compiled
     """Top ``k`` rows and scores (score desc, row asc) of one query; see the module docstring.
 
     Terms, in canonical order, one row each of ``term_ints`` (lo, hi, column,
@@ -133,7 +133,9 @@ def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, k
     ``mask`` (size 0: every row) selects the candidates.  ``constant``
     (BM25Plus) is added to every score before ranking; ``margin`` the
     relative safety margin of pruning; ``prune`` false scores every row;
-    ``block``: rows per block (``BLOCK``; tests use tiny blocks).
+    ``block``: rows per block (``BLOCK``; tests use tiny blocks);
+    ``least_score`` (-inf: none): rows scoring at or below it are left out,
+    and pruning starts from it as if it were the k-th score already found.
     """
     n = norms.size
     n_terms = term_ints.shape[0]
@@ -151,7 +153,9 @@ def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, k
     hs = np.empty(k)
     hr = np.empty(k, np.int64)
     m = 0
-    limit = -np.inf
+    floored = least_score > -np.inf
+    least = least_score - margin * max(1.0, abs(least_score), abs(constant)) if floored else -np.inf
+    limit = least
     acc = np.zeros(block)
     flag = np.zeros(block, np.uint8)  # 1: reached by an essential term; 2: alive after the bound check
     touched = np.empty(block, np.int64)
@@ -164,7 +168,7 @@ def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, k
         b1 = min(b0 + block, n)
         width = b1 - b0
         # essential prefix: the shortest whose complement's bounds sum below theta (with a margin)
-        if prune and m == k:
+        if prune and (m == k or floored):
             while e > 0 and suffix[e - 1] + constant < limit:
                 e -= 1
             if e == 0:
@@ -216,7 +220,7 @@ def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, k
             cur[j] = i
         # rows that can still reach the top k ("alive"), listed without branches
         rest = suffix[e] + constant
-        check = prune and m == k
+        check = prune and (m == k or floored)
         n_alive = 0
         if scan:
             floor = limit if check else -np.inf
@@ -301,7 +305,7 @@ def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, k
             m = _push(hs, hr, m, k, acc[x] + constant + 0.0, b0 + x)  # + 0.0: -0.0 becomes 0.0
             if m == k:
                 theta = hs[0]
-                limit = theta - margin * max(1.0, abs(theta), abs(constant))
+                limit = max(theta - margin * max(1.0, abs(theta), abs(constant)), least)
         if scan:
             acc[:width] = 0.0
             flag[:width] = 0
@@ -314,4 +318,8 @@ def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, k
     rows = hr[:m][order]
     scores = hs[:m][order]
     order = np.argsort(-scores, kind="mergesort")  # stable: equal scores stay by row
-    return rows[order], scores[order]
+    rows, scores = rows[order], scores[order]
+    if floored:
+        above = scores > least_score
+        rows, scores = rows[above], scores[above]
+    return rows, scores

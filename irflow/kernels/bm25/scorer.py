@@ -351,14 +351,17 @@ class _Scorer:
 
     # -- query ------------------------------------------------------------------------
 
-    def top(self, tokens: Sequence[str], k: int, corpus_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(rows, scores) of the top ``k`` candidates containing a query token (``corpus_rows``: see bm25_topk)."""
+    def top(self, tokens: Sequence[str], k: int, corpus_rows: int | None = None,
+            floor: float = -np.inf) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, scores) of the top ``k`` candidates containing a query token, above ``floor`` (see bm25_topk)."""
         terms, constant = self.terms(tokens)
-        if not terms:
+        if not terms or (floor > -np.inf and self.prune_ok and sum(t.bound for t in terms) + constant
+                         < floor - _PRUNE_MARGIN * max(1.0, abs(floor), abs(constant))):
+            # no row here can score above the floor (the bounds with a margin far above rounding error)
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
         compiled = kernel.compiled_module(self.postings.n_rows if corpus_rows is None else corpus_rows)
         if compiled is not None:
-            return self._compiled_top(compiled, terms, k, constant)
+            return self._compiled_top(compiled, terms, k, constant, floor)
         rows, scores = self._pruned(terms, k, constant) if self.prune_ok and len(terms) > 1 else (None, None)
         if rows is None or scores is None:  # both or neither
             rows, scores = self._scores(terms)
@@ -366,13 +369,16 @@ class _Scorer:
             # before selecting: sums that differ can round to one score once it is
             # added, and those ties must go by row order too
             scores = scores + constant
+        if floor > -np.inf:  # what an earlier part of the corpus beats already (see bm25_topk)
+            above = np.flatnonzero(scores > floor)
+            rows, scores = rows[above], scores[above]
         pick = topk_rows(scores, k)  # rows are ascending: index ties are row ties
         scores = scores[pick]
         scores += 0.0  # -0.0 (all of a row's weights -0.0) becomes 0.0 whichever path summed it
         return rows[pick].astype(np.int64), scores
 
     def _compiled_top(self, compiled: Any, terms: list[_Term], k: int,
-                      constant: float) -> tuple[np.ndarray, np.ndarray]:
+                      constant: float, floor: float = -np.inf) -> tuple[np.ndarray, np.ndarray]:
         """The same top ``k`` as the numpy paths, by the compiled kernel (``irflow.kernels.bm25.compiled``).
 
         The terms go in two small tables (integers: postings span, column, how
@@ -396,7 +402,7 @@ class _Scorer:
         top: tuple[np.ndarray, np.ndarray] = compiled.topk(
             term_ints, term_floats, *self._compiled_arrays(via), int(k), 1 if self.variant == "bm25l" else 0,
             float(self.k1), float(self.delta), float(constant), _PRUNE_MARGIN, bool(self.prune_ok),
-            int(kernel.COMPILED_BLOCK or compiled.BLOCK))
+            int(kernel.COMPILED_BLOCK or compiled.BLOCK), float(floor))
         return top
 
     def _compiled_arrays(self, via: bool) -> tuple[np.ndarray, ...]:
