@@ -164,7 +164,7 @@ class KeyIndex:
                     found[i] = position
                     if twice is None:
                         break
-                else:
+                elif twice is not None:
                     twice.append(keys[i])
                     break
         return found

@@ -317,7 +317,7 @@ class CorpusStore:
     def stale_of(self, rows: np.ndarray) -> np.ndarray:
         """For each row: deleted, and still listed by the ledger (``delete_record``'s)."""
         rows = _rows(rows)
-        dead = ~self._live[rows]
+        dead: np.ndarray = ~self._live[rows]
         return dead if self._unlisted is None else dead & ~self._unlisted[rows]
 
     def stale_rows(self, *, record_id: str | None = None, artifact: str | None = None,
