@@ -8,9 +8,19 @@ records; :func:`open_corpus` reopens a built one by path or by name, with its
 arrays memory-mapped and its embedder restored from the recorded spec — lazily,
 so lexical search and record lookups never load a model.
 
+A corpus changes in place (``add``, ``upsert``, ``delete``, ``put_artifact``,
+``delete_artifact``, ``batch``, ``compact``): underneath it is an ordered
+sequence of immutable segments (:mod:`irflow.store.segment`) plus per-segment
+tombstones, and after any sequence of changes it answers every query exactly
+as a fresh :func:`build` of its live records, ``list(corpus)``, would.
+
 >>> corpus = build([{"artifact_id": "unbox", "surface_kind": "name", "text": "unbox"}])
 >>> corpus.n_rows, corpus.kinds
 (1, ('name',))
+>>> corpus.add([{"artifact_id": "graphy", "surface_kind": "name", "text": "graphy"}]).added
+1
+>>> [r.text for r in corpus], len(corpus.segments)
+(['unbox', 'graphy'], 2)
 """
 
 from __future__ import annotations
@@ -62,6 +72,15 @@ class Corpus(CorpusReader):
     :mod:`irflow.store.state`) and every read member answers from the state
     current when it is called; ``snapshot()`` is that state's view, which
     never changes (a recipe run takes one when it starts).
+
+    Updates (each one atomic commit, returning an :class:`UpdateReport`):
+    ``add``, ``upsert``, ``delete``, ``put_artifact``, ``delete_artifact``,
+    ``batch()`` (several as one commit), ``compact()``; ``refresh()`` picks up
+    other processes' commits; ``merge_policy`` says when segments merge by
+    themselves; ``segments`` describes them.  Writers of one object take
+    turns (a lock); writers of one directory too (its file lock, waiting at
+    most ``lock_timeout`` seconds).  The rules and refusals:
+    :mod:`irflow.store.updates`; vectors: :mod:`irflow.store.newvectors`.
     """
 
     def __init__(

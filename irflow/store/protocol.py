@@ -10,8 +10,9 @@ wrapper that forwards only these members and checks the results equal the
 corpus's own.
 
 The row space.  A corpus numbers its records ``0 .. n_rows - 1`` (deleted
-rows keep their numbers).  A sharded corpus presents one *global* row space
-(e.g. shard offsets), and every row below is a global row.
+rows keep their numbers until a merge).  A sharded corpus, or a corpus of
+several segments, presents one *global* row space (shard or segment
+offsets), and every row below is a global row.
 
 The shape of the protocol, and why:
 
@@ -32,8 +33,9 @@ The shape of the protocol, and why:
   sharded corpus exchanges so that every shard scores as the whole would.
 - ``sibling_rows`` is the ledger, by artifact: what expansion and
   artifact-level rerank texts need.
-- ``version`` changes whenever a query's answer could (a delete), so stage
-  caches keyed by it never serve stale outputs.
+- ``version`` changes whenever a query's answer could (any update of the
+  corpus: an add, a delete, a merge), so stage caches keyed by it never
+  serve stale outputs.
 
 Anything else a corpus offers (``Corpus.store``, ``Corpus.vectors``,
 ``Corpus.store.delete_record``...) is for building, inspecting and maintaining corpora,
@@ -135,7 +137,7 @@ class CorpusProtocol(Protocol):
 
     @property
     def version(self) -> int:
-        """A number that changes whenever the answer to a query could change (a delete)."""
+        """A number that changes whenever the answer to a query could change (any update)."""
 
     # -- rows -----------------------------------------------------------------------------------
 
