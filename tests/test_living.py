@@ -287,3 +287,50 @@ def test_a_snapshot_never_changes_and_a_result_keeps_its_rows(recs):
     assert snapshot.n_rows == 20 and len(snapshot) == 20 and corpus.snapshot() is not snapshot
     assert [h.record_id for h in result.hits] and all(h.artifact_id for h in result.hits)
     assert result.corpus is snapshot  # the rows of its output name the records they named
+
+
+def test_threads_read_one_state_each_while_writers_commit(recs):
+    import threading
+
+    corpus = _corpus(30)
+    corpus.merge_policy = MergePolicy(merge_factor=4)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        try:
+            while not stop.is_set():
+                snapshot = corpus.snapshot()
+                live = {r.id for r in snapshot.store}
+                hits = irflow.search(snapshot, "python parser", mode="hybrid", k=5)
+                assert len(hits) == 5 and all(h.record_id in live for h in hits)
+                result = irflow.load_recipe("lexical").run(corpus, "sql schema", k=3)  # pins a state
+                assert all(h.record_id in {r.id for r in result.corpus.store} for h in result.hits)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    def write(lo: int, hi: int) -> None:
+        try:
+            for at in range(lo, hi):
+                corpus.add(recs[at:at + 1])
+                if at % 4 == 0:
+                    corpus.delete([recs_id(recs[at - 30])], missing="ok")
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    writers = [threading.Thread(target=write, args=(lo, lo + 15)) for lo in (30, 45)]
+    for thread in readers + writers:
+        thread.start()
+    for thread in writers:
+        thread.join(120)
+    stop.set()
+    for thread in readers:
+        thread.join(60)
+    assert not errors, errors
+    assert {irflow.Record(**r).id for r in recs[30:60]} <= {r.id for r in corpus}  # no add was lost
+    assert_same_answers(corpus, quick=True)
+
+
+def recs_id(record: dict) -> str:
+    return str(irflow.Record(**record).id)

@@ -161,13 +161,17 @@ def test_a_read_only_or_foreign_directory_is_refused(tmp_path, root):
     if os.geteuid() == 0:
         return  # root writes anywhere
     corpus = _open(root)
+    before = corpus.snapshot()
     os.chmod(root, 0o555)
     try:
-        with pytest.raises((CorpusError, PermissionError)):
+        with pytest.raises(CorpusError, match=r"cannot write to the corpus at .*Permission denied.*nothing was changed"):
             corpus.add(records()[40:41])
     finally:
         os.chmod(root, 0o755)
+    assert corpus.snapshot() is before
     assert_same_records(open_corpus(root), corpus)
+    corpus.add(records()[40:41])  # writable again: the debris is cleaned up, the commit lands
+    assert len(open_corpus(root)) == 41
 
 
 # -- two writers, readers, kills ----------------------------------------------------------------
@@ -328,3 +332,22 @@ def test_an_open_corpus_reads_what_others_committed(root):
     first.refresh()
     assert len(first) == 50 and np.array_equal(first.record_ids, second.record_ids)
     assert_same_records(first, rebuild(second))
+
+
+def test_a_commit_that_cannot_write_changes_nothing(root, monkeypatch):
+    import errno
+
+    import irflow.store.generations as generations
+
+    corpus = _open(root)
+    before, pointer = corpus.snapshot(), (root / "CURRENT").read_bytes()
+
+    def full(path, payload):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+    monkeypatch.setattr(generations, "write_file", full)
+    with pytest.raises(CorpusError, match=r"cannot write to the corpus at .*No space left.*nothing was changed"):
+        corpus.add(records()[40:42])
+    monkeypatch.undo()
+    assert corpus.snapshot() is before and (root / "CURRENT").read_bytes() == pointer
+    corpus.add(records()[40:42])
+    assert len(open_corpus(root)) == 42

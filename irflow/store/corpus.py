@@ -25,6 +25,7 @@ as a fresh :func:`build` of its live records, ``list(corpus)``, would.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from pathlib import Path
@@ -32,7 +33,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from irflow.errors import CorpusError
+from irflow.errors import CorpusError, IrflowError
 from irflow.kernels.embedders import resolve_embedder
 from irflow.kernels.postings import Postings
 from irflow.kernels.text import Analyzer, get_analyzer
@@ -55,6 +56,8 @@ from irflow.store.vectors import VectorCheck, document_vectors
 from irflow.util.progress import bar, phase
 
 __all__ = ["Corpus", "build", "open_corpus"]
+
+logger = logging.getLogger(__name__)
 
 
 class Corpus(CorpusReader):
@@ -249,16 +252,25 @@ class Corpus(CorpusReader):
                             generation=self._writer.generation, merged=merged)
 
     def _merge_by_policy(self, progress: bool) -> int:
-        """Merges the policy asks for, each its own commit (a merge can make another due: a tier fills)."""
+        """Merges the policy asks for, each its own commit (a merge can make another due: a tier fills).
+
+        The caller's operation is committed already: a merge that fails
+        (another writer holds the lock too long, the disk is full) is logged
+        and left for a later commit, never raised over a commit that landed.
+        """
         merged = 0
-        for _ in range(16):
-            with self._write_lock, self._writer.locked():
-                state = self._latest()
-                runs = self._merge_policy.plan(infos(state))
-                if not runs:
-                    break
-                self._install(self._writer.merge(state, runs, progress))
-            merged += sum(end - start for start, end in runs)
+        try:
+            for _ in range(16):
+                with self._write_lock, self._writer.locked():
+                    state = self._latest()
+                    runs = self._merge_policy.plan(infos(state))
+                    if not runs:
+                        break
+                    self._install(self._writer.merge(state, runs, progress))
+                merged += sum(end - start for start, end in runs)
+        except (IrflowError, OSError) as error:
+            logger.warning("%s: segments not merged this time (%s); a later commit or compact() merges them",
+                           self._context.label(), error)
         return merged
 
     def _delete_record(self, record_id: str) -> None:

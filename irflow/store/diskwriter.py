@@ -68,6 +68,17 @@ class DiskWriter(MemoryWriter):
         with gens.locked(self.root, timeout=self.lock_timeout):
             yield
 
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A file the commit cannot write (a read-only directory, a full disk) is a CorpusError; nothing changed."""
+        try:
+            yield
+        except OSError as error:
+            where = f" ({error.filename})" if error.filename else ""
+            raise CorpusError(f"cannot write to the corpus at {self.root}: {error.strerror or error}{where}; nothing "
+                              "was changed (CURRENT still names the previous generation) — make the directory "
+                              "writable, or free some space, and retry") from error
+
     # -- reading what others committed ------------------------------------------------------
 
     def latest(self, state: CorpusState) -> CorpusState:
@@ -105,7 +116,8 @@ class DiskWriter(MemoryWriter):
         if previous.manifest["version"] < files.FORMAT_V3:  # a corpus of one build stays in its format
             view = state.parts[0]
             deleted = np.union1d(view.store.deleted_rows, [row]).astype(np.int64)
-            generation = persist.write_tombstones(previous, deleted)
+            with self._writing():
+                generation = persist.write_tombstones(previous, deleted)
             self._note(generation)
             parts = [SegmentView(view.segment, self.context, deleted=deleted)]
             return make_state(parts, state.version + 1, self.context, generation)
@@ -195,7 +207,8 @@ class DiskWriter(MemoryWriter):
                 payloads.update(files.tombstone_payloads(sid, deleted, unlisted))
             entries.append(entry)
         manifest = self._manifest(previous, entries, items)
-        generation = gens.write_generation(self.root, payloads, manifest, reuse_from=previous, reuse=reuse)
+        with self._writing():
+            generation = gens.write_generation(self.root, payloads, manifest, reuse_from=previous, reuse=reuse)
         self._note(generation)
         return generation
 
