@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import heapq
 import threading
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Sequence
@@ -115,6 +116,8 @@ class SegmentsView:
         self._masks: collections.OrderedDict[Any, np.ndarray] = collections.OrderedDict()
         self._mask_parts: dict[int, tuple[np.ndarray, list[np.ndarray], Any]] = {}
         self._statistics: collections.OrderedDict[Any, _Statistics] = collections.OrderedDict()
+        self._scorer_lists: collections.OrderedDict[Any, tuple[tuple[Any, ...], list[Any]]] = \
+            collections.OrderedDict()
         self._lock = threading.Lock()
 
     # -- what the corpus is ----------------------------------------------------------------
@@ -319,32 +322,63 @@ class SegmentsView:
         n = len(tokens)
         if k <= 0 or not n:
             return TopK.empty(n)
+        scorers = self._scorers(masks, params, stats, stats_key)
+        first, total = self.rowmap.first.tolist(), self.n_rows
+        rows_out, scores_out = [], []
+        for query in tokens:
+            found_rows, found_scores = [], []
+            best: list[float] = []  # the k highest scores so far (a min-heap): the next segment's floor
+            floor = -np.inf
+            for scorer, offset in zip(scorers, first):
+                if scorer is None:
+                    continue
+                rows, scores = scorer.top(query, k, total, floor)
+                if not rows.size:
+                    continue
+                found_rows.append(rows + offset)
+                found_scores.append(scores)
+                for value in scores.tolist():
+                    if len(best) < k:
+                        heapq.heappush(best, value)
+                    elif value > best[0]:
+                        heapq.heapreplace(best, value)
+                if len(best) == k:
+                    floor = best[0]
+            if len(found_rows) == 1:
+                rows_out.append(found_rows[0])
+                scores_out.append(found_scores[0])
+                continue
+            rows = np.concatenate(found_rows) if found_rows else _NO_ROWS
+            scores = np.concatenate(found_scores) if found_scores else _NO_SCORES
+            keep = np.argsort(-scores, kind="stable")[:k]  # segments in row order: ties stay by row
+            rows_out.append(rows[keep])
+            scores_out.append(scores[keep])
+        return TopK.from_parts(rows_out, scores_out)
+
+    def _scorers(self, masks: Sequence[np.ndarray | None], params: _bm25.BM25Params, stats: _bm25.BM25Stats,
+                 stats_key: Any) -> list[Any]:
+        """Each segment's scorer for these statistics and candidates (None: nothing scores there).
+
+        Kept per key when every part of the candidate mask is one its segment
+        made (held here, so their identities stay theirs): a query then asks
+        for one list, not one scorer per segment.
+        """
+        keep = stats_key is not None and all(m is None or part._masks.known(m)[0] for part, m in zip(self.parts, masks))
+        key = (stats_key, params, tuple(id(m) for m in masks)) if keep else None
+        with self._lock:
+            found = None if key is None else self._scorer_lists.get(key)
+        if found is not None and all(a is b for a, b in zip(found[0], masks)):
+            return found[1]
         scorers = []
         for part, m in zip(self.parts, masks):
             scorer = _bm25.bm25_scorer(part.postings, part.effective_mask(m), params, stats, stats_key)
             scorers.append(scorer if scorer.usable else None)
-        first, total = self.rowmap.first.tolist(), self.n_rows
-        rows_out, scores_out = [], []
-        for query in tokens:
-            rows, scores, floor = _NO_ROWS, _NO_SCORES, -np.inf
-            for scorer, offset in zip(scorers, first):
-                if scorer is None:
-                    continue
-                found, values = scorer.top(query, k, total, floor)
-                if not found.size:
-                    continue
-                if rows.size:
-                    rows = np.concatenate([rows, found + offset])  # rows so far are lower: ties stay theirs
-                    scores = np.concatenate([scores, values])
-                    keep = np.argsort(-scores, kind="stable")[:k]
-                    rows, scores = rows[keep], scores[keep]
-                else:
-                    rows, scores = found + offset, values
-                if rows.size == k:
-                    floor = float(scores[-1])
-            rows_out.append(rows)
-            scores_out.append(scores)
-        return TopK.from_parts(rows_out, scores_out)
+        if key is not None:
+            with self._lock:
+                self._scorer_lists[key] = (tuple(masks), scorers)
+                while len(self._scorer_lists) > MASK_CACHE_SIZE:
+                    self._scorer_lists.popitem(last=False)
+        return scorers
 
     def bm25_stats(self, tokens: Sequence[Sequence[str]], masks: Sequence[np.ndarray | None],
                    params: _bm25.BM25Params, key: Any) -> tuple[_bm25.BM25Stats, Any]:
