@@ -101,11 +101,11 @@ class SegmentedStore(CorpusStore):
         first = int(part[0])
         if bool((part == first).all()):  # the common case: hits of one segment
             return [(first, np.arange(rows.size), local)]
-        groups = []
-        for p in np.unique(part).tolist():
-            positions = np.flatnonzero(part == p)
-            groups.append((int(p), positions, local[positions]))
-        return groups
+        order = np.argsort(part, kind="stable")  # one sort, then each segment's run of it
+        ordered = part[order]
+        bounds = np.flatnonzero(np.diff(ordered)) + 1
+        return [(int(part[run[0]]), run, local[run]) for run in
+                (order[a:b] for a, b in zip([0, *bounds.tolist()], [*bounds.tolist(), rows.size]))]
 
     def _gather(self, rows: Any, take: Callable[[int, CorpusStore, np.ndarray], Any], dtype: Any) -> np.ndarray:
         rows = _rows(rows)
@@ -234,13 +234,18 @@ class SegmentedStore(CorpusStore):
         return self._gather(rows, lambda _, p, local: p.record_ids_of(local), object)
 
     def artifact_ids_of(self, rows: Any) -> np.ndarray:
-        return self._gather(rows, lambda _, p, local: p.artifact_ids_of(local), object)
+        """Artifact id of each row: from the segments' decoded columns, joined once per state (what every
+        search's collapse reads for its candidates)."""
+        found: np.ndarray = self.artifact_ids[_rows(rows)]
+        return found
 
     def kind_codes_of(self, rows: Any) -> np.ndarray:
-        return self._gather(rows, lambda i, p, local: self._code_maps[i][p.kind_codes_of(local)], np.int32)
+        found: np.ndarray = self.kind_codes[_rows(rows)]
+        return found
 
     def surface_indices_of(self, rows: Any) -> np.ndarray:
-        return self._gather(rows, lambda _, p, local: p.surface_indices_of(local), np.int64)
+        found: np.ndarray = self.surface_indices[_rows(rows)]
+        return found
 
     def texts_of(self, rows: Any) -> list[str]:
         return self._gather_list(rows, lambda p, local: p.texts_of(local))
@@ -251,9 +256,19 @@ class SegmentedStore(CorpusStore):
     def hit_columns(self, rows: np.ndarray) -> tuple[list[str], list[str], list[int], list[int], list[str],
                                                      list[Mapping[str, Any]]]:
         """The columns a batch of hits reads, each segment's rows looked up once; kind codes index :attr:`kinds`."""
-        return (self.artifact_ids_of(rows).tolist(), self.record_ids_of(rows).tolist(),
-                self.kind_codes_of(rows).tolist(), self.surface_indices_of(rows).tolist(), self.texts_of(rows),
-                self.metadata_of(rows))
+        groups = self._groups(rows)
+        n = rows.size
+        ids: list[Any] = [None] * n
+        texts: list[Any] = [None] * n
+        metadata: list[Any] = [None] * n
+        for p, positions, local in groups:  # the strings of the few rows only, each segment's at once
+            part = self._parts[p]
+            at = positions.tolist()
+            for position, record_id, text, meta in zip(at, part.record_ids_of(local).tolist(), part.texts_of(local),
+                                                      part.metadata_of(local)):
+                ids[position], texts[position], metadata[position] = record_id, text, meta
+        return (self.artifact_ids_of(rows).tolist(), ids, self.kind_codes_of(rows).tolist(),
+                self.surface_indices_of(rows).tolist(), texts, metadata)
 
     def records(self, rows: Any) -> list[Record]:
         return self._gather_list(rows, lambda p, local: p.records(local))

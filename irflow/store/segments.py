@@ -112,6 +112,7 @@ class SegmentsView:
         self._store: SegmentedStore | None = None
         self._kinds: tuple[tuple[str, ...], list[np.ndarray]] | None = None
         self._columns: MetadataColumns | None = None
+        self._codes: np.ndarray | None = None
         # (filter, surfaces) key -> the joined mask; id(mask) -> (mask, each segment's part, its statistics key)
         self._masks: collections.OrderedDict[Any, np.ndarray] = collections.OrderedDict()
         self._mask_parts: dict[int, tuple[np.ndarray, list[np.ndarray], Any]] = {}
@@ -175,8 +176,11 @@ class SegmentsView:
 
     @property
     def kind_codes(self) -> np.ndarray:
-        _, maps = self._kind_map()
-        return _readonly(np.concatenate([maps[i][p.kind_codes] for i, p in enumerate(self.parts)]))
+        """Each row's kind code, indexing :attr:`kinds` (made once per state: every search reads its candidates')."""
+        if self._codes is None:
+            _, maps = self._kind_map()
+            self._codes = _readonly(np.concatenate([maps[i][p.kind_codes] for i, p in enumerate(self.parts)]))
+        return self._codes
 
     # -- rows ------------------------------------------------------------------------------
 
@@ -191,12 +195,8 @@ class SegmentsView:
         return self.store.artifact_ids_of(rows)
 
     def kind_codes_of(self, rows: Any) -> np.ndarray:
-        rows, groups = self._groups(rows)
-        _, maps = self._kind_map()
-        out = np.empty(rows.size, dtype=np.int32)
-        for s, positions, local in groups:
-            out[positions] = maps[s][self.parts[s].kind_codes_of(local)]
-        return out
+        found: np.ndarray = self.kind_codes[np.asarray(rows, dtype=np.int64).reshape(-1)]
+        return found
 
     def surface_indices_of(self, rows: Any) -> np.ndarray:
         return self.store.surface_indices_of(rows)
@@ -216,11 +216,15 @@ class SegmentsView:
         scores = np.asarray(scores, dtype=np.float64).reshape(-1)
         if rows.size != scores.size:
             raise ValueError(f"hits needs one score per row, got {rows.size} rows and {scores.size} scores")
-        out: list[SearchHit | None] = [None] * rows.size
-        for s, positions, local in self._groups(rows)[1]:
-            for position, hit in zip(positions.tolist(), self.parts[s].hits(local, scores[positions])):
-                out[position] = hit
-        return out  # type: ignore[return-value]  # every position filled
+        if scores.size and np.isnan(scores).any():
+            raise ValueError("a hit score must not be NaN")
+        name, store = self.context.name, self.store
+        kinds = store.kinds
+        artifact_ids, record_ids, codes, surface_indices, texts, metadata = store.hit_columns(rows)
+        make = SearchHit._stored
+        return [make(artifact_ids[i], kinds[codes[i]], score, texts[i], metadata[i], name, surface_indices[i],
+                     record_ids[i])
+                for i, score in enumerate(scores.tolist())]
 
     def sibling_rows(self, artifact_ids: Sequence[str]) -> Siblings:
         return self.store.sibling_rows(artifact_ids)
