@@ -334,3 +334,20 @@ def test_threads_read_one_state_each_while_writers_commit(recs):
 
 def recs_id(record: dict) -> str:
     return str(irflow.Record(**record).id)
+
+
+@pytest.mark.parametrize("name", ["numpy", "numba"])
+def test_segments_rank_as_one_index_with_either_kernel(recs, name, monkeypatch):
+    from irflow.kernels.bm25 import kernel, use_kernel
+
+    if name == "numba":
+        pytest.importorskip("numba")
+        monkeypatch.setattr(kernel, "COMPILED_BLOCK", 8)  # many blocks per segment: pruning across them too
+    corpus = _corpus(25)
+    for lo in range(25, len(recs), 20):
+        corpus.add(recs[lo:lo + 20])
+    corpus.delete(corpus.record_ids[[1, 4, 30, 31, 60]].tolist())
+    corpus.upsert([dict(recs[7], text="pkg02 python parser fast fast json")])
+    assert len(corpus.segments) >= 5
+    with use_kernel(name):
+        assert_same_answers(corpus, quick=True)

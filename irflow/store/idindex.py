@@ -4,8 +4,8 @@ Built on first use and shared by every tombstone state of the same records
 (:meth:`irflow.store.record_store.CorpusStore.with_tombstones`): a corpus of
 a million records opens without it, and its first lookup by id digests the
 stored ids at once (:class:`irflow.kernels.digests.KeyIndex`) instead of
-decoding them into a dict.  Duplicate ids are damage: a dict finds them when
-it is built, the digest index when such an id is looked up.
+decoding them into a dict.  Duplicate ids are damage, found when either is
+built (the digests' distinct count, then the bytes of equal ones).
 """
 
 from __future__ import annotations
@@ -45,12 +45,14 @@ class IdIndex:
         """The row of each record id in *ids*, -1 for one it lacks."""
         if isinstance(ids, StringColumn) and self.row_of is None:
             if self.keys is None:
-                self.keys = KeyIndex(ids.blob, ids.offsets)
-            twice: list[str] = []
-            found = self.keys.find(list(record_ids), twice=twice)
-            if twice:  # found when an id held twice is looked up: no pass over every id for it
-                raise _duplicates(ids, twice[0])
-            return found
+                keys = KeyIndex(ids.blob, ids.offsets)
+                # an id held twice is damage, found now: distinct digests (a set of ints) prove there is none
+                if len(set(keys.digests.tolist())) != keys.digests.size:
+                    twice = keys.duplicate()
+                    if twice is not None:
+                        raise _duplicates(ids, twice)
+                self.keys = keys
+            return self.keys.find(list(record_ids))
         get = self.as_dict(ids).get
         return np.fromiter((get(i, -1) for i in record_ids), dtype=np.int64, count=len(record_ids))
 

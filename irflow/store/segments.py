@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import heapq
 import threading
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Sequence
@@ -42,6 +41,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from irflow.kernels import bm25 as _bm25
+from irflow.kernels.bm25.parts import PartsScorer
 from irflow.kernels.columns import MetadataColumns
 from irflow.kernels.filters import CompiledFilter, compile_filter
 from irflow.kernels.rowmap import RowMap, merge_topk
@@ -60,10 +60,6 @@ def _readonly(array: np.ndarray) -> np.ndarray:
     view = array.view()
     view.setflags(write=False)
     return view
-
-
-_NO_ROWS = np.empty(0, dtype=np.int64)
-_NO_SCORES = np.empty(0, dtype=np.float64)
 
 
 class _Statistics:
@@ -117,7 +113,7 @@ class SegmentsView:
         self._masks: collections.OrderedDict[Any, np.ndarray] = collections.OrderedDict()
         self._mask_parts: dict[int, tuple[np.ndarray, list[np.ndarray], Any]] = {}
         self._statistics: collections.OrderedDict[Any, _Statistics] = collections.OrderedDict()
-        self._scorer_lists: collections.OrderedDict[Any, tuple[tuple[Any, ...], list[Any]]] = \
+        self._scorer_lists: collections.OrderedDict[Any, tuple[tuple[Any, ...], PartsScorer]] = \
             collections.OrderedDict()
         self._lock = threading.Lock()
 
@@ -317,55 +313,21 @@ class SegmentsView:
 
     def _ranked(self, tokens: list[list[str]], masks: Sequence[np.ndarray | None], k: int,
                 params: _bm25.BM25Params, stats: _bm25.BM25Stats, stats_key: Any) -> TopK:
-        """Each query's top ``k``: the segments in row order, each told the k-th score found before it.
-
-        A segment's rows scoring at or below it lose to those rows (higher
-        scores, or equal ones on lower rows), so they need not be scored
-        (the kernel prunes from it) and the tops merge by concatenation.
-        """
+        """Each query's top ``k`` over every segment at once (:class:`irflow.kernels.bm25.parts.PartsScorer`)."""
         n = len(tokens)
         if k <= 0 or not n:
             return TopK.empty(n)
-        scorers = self._scorers(masks, params, stats, stats_key)
-        first, total = self.rowmap.first.tolist(), self.n_rows
-        rows_out, scores_out = [], []
-        for query in tokens:
-            found_rows, found_scores = [], []
-            best: list[float] = []  # the k highest scores so far (a min-heap): the next segment's floor
-            floor = -np.inf
-            for scorer, offset in zip(scorers, first):
-                if scorer is None:
-                    continue
-                rows, scores = scorer.top(query, k, total, floor)
-                if not rows.size:
-                    continue
-                found_rows.append(rows + offset)
-                found_scores.append(scores)
-                for value in scores.tolist():
-                    if len(best) < k:
-                        heapq.heappush(best, value)
-                    elif value > best[0]:
-                        heapq.heapreplace(best, value)
-                if len(best) == k:
-                    floor = best[0]
-            if len(found_rows) == 1:
-                rows_out.append(found_rows[0])
-                scores_out.append(found_scores[0])
-                continue
-            rows = np.concatenate(found_rows) if found_rows else _NO_ROWS
-            scores = np.concatenate(found_scores) if found_scores else _NO_SCORES
-            keep = np.argsort(-scores, kind="stable")[:k]  # segments in row order: ties stay by row
-            rows_out.append(rows[keep])
-            scores_out.append(scores[keep])
-        return TopK.from_parts(rows_out, scores_out)
+        scorer = self._scorer(masks, params, stats, stats_key)
+        rows, scores = zip(*(scorer.top(query, k, self.n_rows) for query in tokens))
+        return TopK.from_parts(list(rows), list(scores))
 
-    def _scorers(self, masks: Sequence[np.ndarray | None], params: _bm25.BM25Params, stats: _bm25.BM25Stats,
-                 stats_key: Any) -> list[Any]:
-        """Each segment's scorer for these statistics and candidates (None: nothing scores there).
+    def _scorer(self, masks: Sequence[np.ndarray | None], params: _bm25.BM25Params, stats: _bm25.BM25Stats,
+                stats_key: Any) -> PartsScorer:
+        """The segments' scorers for these statistics and candidates, as one.
 
         Kept per key when every part of the candidate mask is one its segment
         made (held here, so their identities stay theirs): a query then asks
-        for one list, not one scorer per segment.
+        for one object, not one scorer per segment.
         """
         keep = stats_key is not None and all(m is None or part._masks.known(m)[0] for part, m in zip(self.parts, masks))
         key = (stats_key, params, tuple(id(m) for m in masks)) if keep else None
@@ -375,14 +337,15 @@ class SegmentsView:
             return found[1]
         scorers = []
         for part, m in zip(self.parts, masks):
-            scorer = _bm25.bm25_scorer(part.postings, part.effective_mask(m), params, stats, stats_key)
-            scorers.append(scorer if scorer.usable else None)
+            one = _bm25.bm25_scorer(part.postings, part.effective_mask(m), params, stats, stats_key)
+            scorers.append(one if one.usable else None)
+        combined = PartsScorer(scorers, self.rowmap.first.tolist())
         if key is not None:
             with self._lock:
-                self._scorer_lists[key] = (tuple(masks), scorers)
+                self._scorer_lists[key] = (tuple(masks), combined)
                 while len(self._scorer_lists) > MASK_CACHE_SIZE:
                     self._scorer_lists.popitem(last=False)
-        return scorers
+        return combined
 
     def bm25_stats(self, tokens: Sequence[Sequence[str]], masks: Sequence[np.ndarray | None],
                    params: _bm25.BM25Params, key: Any) -> tuple[_bm25.BM25Stats, Any]:
@@ -392,11 +355,15 @@ class SegmentsView:
         document frequency the first time a query holds it, Okapi's mean
         idf the first time a negative idf needs it.
         """
-        rows = [p.stats_rows(m, params.stats) for p, m in zip(self.parts, masks)]
         with self._lock:
             kept = self._statistics.get(key)
             if kept is not None:
                 self._statistics.move_to_end(key)
+        new = sorted({t for query in tokens for t in query} - kept.df.keys()) if kept is not None else None
+        if kept is not None and not new and (kept.mean is not None or not any(
+                kept.plain.needs_vocabulary(params, query) for query in tokens)):
+            return kept.current()  # the common case: every token known, nothing to compute
+        rows = [p.stats_rows(m, params.stats) for p, m in zip(self.parts, masks)]
         if kept is None:
             counts = [_bm25.partial_stats(p.postings, r, []) for p, r in zip(self.parts, rows)]
             kept = _Statistics(sum(c.n_docs for c in counts), sum(c.total_length for c in counts))

@@ -43,8 +43,9 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.typed import List
 
-__all__ = ["topk", "BLOCK"]
+__all__ = ["topk", "topk_parts", "typed_list", "BLOCK"]
 
 #: Rows per block: the accumulator (8 bytes a row), flags and touched list stay in L1/L2.
 BLOCK = 4096
@@ -117,25 +118,15 @@ def _find(post_rows, lo, hi, r):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, kept_head, kept_norms,
-         k, variant, k1, delta, constant, margin, prune, block, least_score):  # pragma: no cover - compiled
-    """Top ``k`` rows and scores (score desc, row asc) of one query; see the module docstring.
+def _scan(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, kept_head, kept_norms,
+          k, variant, k1, delta, constant, margin, prune, block, offset, hs, hr, m, limit, least,
+          floored):  # pragma: no cover - compiled
+    """One index's rows offered to the heap ``hs``/``hr`` of the ``m`` best so far (rows pushed as ``offset`` + row).
 
-    Terms, in canonical order, one row each of ``term_ints`` (lo, hi, column,
-    how) and ``term_floats`` (scale, bound): postings
-    ``post_rows[lo:hi]``, head column (-1: none), scale = weight * (k1 + 1),
-    score bound.  ``how``: 0 walk its postings, 1 a pass over the block's
-    column, 2 its column read at the candidates only (``kept``: the
-    candidate rows, ascending; a selective mask; ``kept_head`` and
-    ``kept_norms``: the head columns and the norms at those rows, read in
-    order instead of gathered, or empty arrays).  A non-essential term is
-    looked up in its column when it has one, else in its postings.
-    ``mask`` (size 0: every row) selects the candidates.  ``constant``
-    (BM25Plus) is added to every score before ranking; ``margin`` the
-    relative safety margin of pruning; ``prune`` false scores every row;
-    ``block``: rows per block (``BLOCK``; tests use tiny blocks);
-    ``least_score`` (-inf: none): rows scoring at or below it are left out,
-    and pruning starts from it as if it were the k-th score already found.
+    What :func:`topk` does for one index, and :func:`topk_parts` for each of
+    several: the heap, its size ``m`` and the pruning ``limit`` go in and
+    come out, so an index after others starts pruning from the k-th score
+    they found.  Returns ``(m, limit)``.
     """
     n = norms.size
     n_terms = term_ints.shape[0]
@@ -150,12 +141,6 @@ def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, k
     suffix = np.zeros(n_terms + 1)
     for j in range(n_terms - 1, -1, -1):
         suffix[j] = suffix[j + 1] + bounds[j]
-    hs = np.empty(k)
-    hr = np.empty(k, np.int64)
-    m = 0
-    floored = least_score > -np.inf
-    least = least_score - margin * max(1.0, abs(least_score), abs(constant)) if floored else -np.inf
-    limit = least
     acc = np.zeros(block)
     flag = np.zeros(block, np.uint8)  # 1: reached by an essential term; 2: alive after the bound check
     touched = np.empty(block, np.int64)
@@ -302,7 +287,7 @@ def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, k
             cur[j] = end
         for t in range(n_alive):
             x = alive[t]
-            m = _push(hs, hr, m, k, acc[x] + constant + 0.0, b0 + x)  # + 0.0: -0.0 becomes 0.0
+            m = _push(hs, hr, m, k, acc[x] + constant + 0.0, offset + b0 + x)  # + 0.0: -0.0 becomes 0.0
             if m == k:
                 theta = hs[0]
                 limit = max(theta - margin * max(1.0, abs(theta), abs(constant)), least)
@@ -314,6 +299,12 @@ def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, k
                 x = touched[t]
                 acc[x] = 0.0
                 flag[x] = 0
+    return m, limit
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _ranked(hs, hr, m, floored, least_score):  # pragma: no cover - compiled
+    """The heap's rows and scores, best first (score desc, row asc), less those at or below ``least_score``."""
     order = np.argsort(hr[:m], kind="mergesort")
     rows = hr[:m][order]
     scores = hs[:m][order]
@@ -323,3 +314,69 @@ def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, k
         above = scores > least_score
         rows, scores = rows[above], scores[above]
     return rows, scores
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, kept_head, kept_norms,
+         k, variant, k1, delta, constant, margin, prune, block, least_score):  # pragma: no cover - compiled
+    """Top ``k`` rows and scores (score desc, row asc) of one query; see the module docstring.
+
+    Terms, in canonical order, one row each of ``term_ints`` (lo, hi, column,
+    how) and ``term_floats`` (scale, bound): postings
+    ``post_rows[lo:hi]``, head column (-1: none), scale = weight * (k1 + 1),
+    score bound.  ``how``: 0 walk its postings, 1 a pass over the block's
+    column, 2 its column read at the candidates only (``kept``: the
+    candidate rows, ascending; a selective mask; ``kept_head`` and
+    ``kept_norms``: the head columns and the norms at those rows, read in
+    order instead of gathered, or empty arrays).  A non-essential term is
+    looked up in its column when it has one, else in its postings.
+    ``mask`` (size 0: every row) selects the candidates.  ``constant``
+    (BM25Plus) is added to every score before ranking; ``margin`` the
+    relative safety margin of pruning; ``prune`` false scores every row;
+    ``block``: rows per block (``BLOCK``; tests use tiny blocks);
+    ``least_score`` (-inf: none): rows scoring at or below it are left out,
+    and pruning starts from it as if it were the k-th score already found.
+    """
+    hs = np.empty(k)
+    hr = np.empty(k, np.int64)
+    floored = least_score > -np.inf
+    least = least_score - margin * max(1.0, abs(least_score), abs(constant)) if floored else -np.inf
+    m, limit = _scan(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, kept_head, kept_norms,
+                     k, variant, k1, delta, constant, margin, prune, block, 0, hs, hr, 0, least, least, floored)
+    return _ranked(hs, hr, m, floored, least_score)
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def topk_parts(term_ints, term_floats, term_offsets, row_offsets, post_rows, post_tfs, norms, head, mask, kept,
+               kept_head, kept_norms, k, variant, k1, delta, constant, margin, prune, block,
+               least_score):  # pragma: no cover - compiled
+    """:func:`topk` over several indexes that are the parts of one corpus, in row order, with one heap.
+
+    Part ``p``'s terms are rows ``term_offsets[p]:term_offsets[p + 1]`` of
+    the term tables; its arrays the ``p``-th of each (numba typed) list; its
+    rows global from ``row_offsets[p]``.  The heap orders by (score desc,
+    global row asc), so it holds the corpus's top ``k`` exactly, and each part
+    prunes from the k-th score the parts before it found.
+    """
+    hs = np.empty(k)
+    hr = np.empty(k, np.int64)
+    floored = least_score > -np.inf
+    least = least_score - margin * max(1.0, abs(least_score), abs(constant)) if floored else -np.inf
+    limit = least
+    m = 0
+    for part in range(row_offsets.size):
+        a, b = term_offsets[part], term_offsets[part + 1]
+        if a == b:
+            continue
+        m, limit = _scan(term_ints[a:b], term_floats[a:b], post_rows[part], post_tfs[part], norms[part], head[part],
+                         mask[part], kept[part], kept_head[part], kept_norms[part], k, variant, k1, delta, constant,
+                         margin, prune, block, row_offsets[part], hs, hr, m, limit, least, floored)
+    return _ranked(hs, hr, m, floored, least_score)
+
+
+def typed_list(arrays: list[np.ndarray]) -> object:
+    """The arrays as one numba typed list (what :func:`topk_parts` takes; they must share one type)."""
+    found = List()
+    for array in arrays:
+        found.append(array)
+    return found
