@@ -30,6 +30,8 @@ _MIX1 = np.uint64(0xFF51AFD7ED558CCD)
 _MIX2 = np.uint64(0xC4CEB9FE1A85EC53)
 _LENGTH = np.uint64(0x9E3779B97F4A7C15)
 _CHUNK_BYTES = 1 << 21
+#: Slots of the table duplicates are first looked for in (4 M: 32 MB of counts).
+_SLOTS = 1 << 22
 _powers = np.ones(1, dtype=np.uint64)
 
 
@@ -174,8 +176,19 @@ class KeyIndex:
         return None if position < 0 else position
 
     def duplicate(self) -> str | None:
-        """A string held at two positions, or None."""
-        order, ordered = self._sort()
+        """A string held at two positions, or None.
+
+        Without sorting every digest: their low bits counted in a table of
+        ``_SLOTS`` (a bincount), only the digests sharing a slot are sorted
+        and compared — a few percent of them at a million strings.
+        """
+        digests = self.digests
+        slots = (digests & np.uint64(_SLOTS - 1)).astype(np.int64)
+        shared = np.flatnonzero(np.bincount(slots, minlength=_SLOTS)[slots] > 1)
+        if not shared.size:
+            return None
+        order = shared[np.argsort(digests[shared], kind="stable")]
+        ordered = digests[order]
         for i in np.flatnonzero(ordered[1:] == ordered[:-1]).tolist():
             first, second = order[i:i + 2].tolist()
             if self._bytes(first) == self._bytes(second):

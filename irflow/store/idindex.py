@@ -5,7 +5,7 @@ Built on first use and shared by every tombstone state of the same records
 a million records opens without it, and its first lookup by id digests the
 stored ids at once (:class:`irflow.kernels.digests.KeyIndex`) instead of
 decoding them into a dict.  Duplicate ids are damage, found when either is
-built (the digests' distinct count, then the bytes of equal ones).
+built (:meth:`irflow.kernels.digests.KeyIndex.duplicate`).
 """
 
 from __future__ import annotations
@@ -46,11 +46,9 @@ class IdIndex:
         if isinstance(ids, StringColumn) and self.row_of is None:
             if self.keys is None:
                 keys = KeyIndex(ids.blob, ids.offsets)
-                # an id held twice is damage, found now: distinct digests (a set of ints) prove there is none
-                if len(set(keys.digests.tolist())) != keys.digests.size:
-                    twice = keys.duplicate()
-                    if twice is not None:
-                        raise _duplicates(ids, twice)
+                twice = keys.duplicate()  # an id held twice is damage, found now
+                if twice is not None:
+                    raise _duplicates(ids, twice)
                 self.keys = keys
             return self.keys.find(list(record_ids))
         get = self.as_dict(ids).get
