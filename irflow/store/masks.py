@@ -158,19 +158,9 @@ class CandidateMasks:
             if cached is not None:
                 self._masks.move_to_end(key)
                 return cached
-        # a misspelled name must not silently return nothing (checked once per mask built)
-        if kinds is not None and checked:
-            held = self.store.kinds if self._kinds_of is None else self._kinds_of()
-            check_surfaces(held, self.label, tuple(dict.fromkeys(kinds)), self.warned)
-        if compiled.fields and checked:
-            self._check_fields(compiled.fields)
-        mask = self.store.live.copy()
-        if not compiled.matches_all:
-            mask &= np.asarray(compiled.mask(self.columns), dtype=bool)
-        if kinds is not None:
-            codes = [code for code, kind in enumerate(self.store.kinds) if kind in kinds]
-            mask &= np.isin(self.store.kind_codes, np.array(codes, dtype=np.int32))
-        mask = _readonly(mask)
+        if checked:  # a misspelled name must not silently return nothing (checked once per mask built)
+            self._check_names(compiled, kinds)
+        mask = self._make(compiled, kinds)
         n_live, _ = self.live_facts()
         all_live = int(np.count_nonzero(mask)) == n_live  # once per mask made, not per query
         with self._lock:
@@ -185,6 +175,23 @@ class CandidateMasks:
         if not all_live and self._remember is not None:
             self._remember(mask)
         return mask
+
+    def _check_names(self, compiled: CompiledFilter, kinds: tuple[Any, ...] | None) -> None:
+        if kinds is not None:
+            held = self.store.kinds if self._kinds_of is None else self._kinds_of()
+            check_surfaces(held, self.label, tuple(dict.fromkeys(kinds)), self.warned)
+        if compiled.fields:
+            self._check_fields(compiled.fields)
+
+    def _make(self, compiled: CompiledFilter, kinds: tuple[Any, ...] | None) -> np.ndarray:
+        """The live rows passing the filter, of these kinds (None: any): read-only."""
+        mask = self.store.live.copy()
+        if not compiled.matches_all:
+            mask &= np.asarray(compiled.mask(self.columns), dtype=bool)
+        if kinds is not None:
+            codes = [code for code, kind in enumerate(self.store.kinds) if kind in kinds]
+            mask &= np.isin(self.store.kind_codes, np.array(codes, dtype=np.int32))
+        return _readonly(mask)
 
     def _dropped(self, masks: Iterable[np.ndarray]) -> None:
         if self._forget is not None:

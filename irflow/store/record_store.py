@@ -306,8 +306,7 @@ class CorpusStore:
         return row
 
     def live_row_at(self, row: int) -> bool:
-        """Whether *row* is live."""
-        return bool(self._live[row])
+        return bool(self._live[row])  # whether *row* is live
 
     def live_row(self, record_id: str) -> int | None:
         """The row of a live record, or None (absent or deleted): a lookup that never raises."""

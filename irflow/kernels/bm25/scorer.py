@@ -54,7 +54,7 @@ from irflow.kernels.bm25 import kernel
 from irflow.kernels.bm25.params import BM25Params
 from irflow.kernels.bm25.pruning import add_common, pruned
 from irflow.kernels.bm25.scratch import _scratch, _Scratch, _sorted_unique, _Term
-from irflow.kernels.bm25.statistics import BM25Stats, _idf, _mean_okapi_idf, _Stats, _stats
+from irflow.kernels.bm25.statistics import BM25Stats, _idf, _mean_okapi_idf, _norms, _Stats, _stats
 from irflow.kernels.postings import Postings
 from irflow.kernels.topk import topk_rows
 
@@ -84,27 +84,6 @@ def _empty_columns(head: np.ndarray) -> np.ndarray:
     return np.empty((head.shape[0], 0), dtype=head.dtype)
 #: Largest copy of the head columns at a filter's candidate rows a scorer keeps (see ``kept_head``).
 KEPT_HEAD_BYTES = 8 << 20
-
-
-def _norms(postings: Postings, stats: _Stats, params: BM25Params) -> tuple[np.ndarray, bool]:
-    """Per-row length normalisation for these statistics, and whether all are > 0; cached.
-
-    ``(1 - b) + b * dl / avgdl`` for BM25L, times ``k1`` for Okapi and
-    BM25Plus (they only use it that way), in rank_bm25's order of operations.
-    One gather of this per term replaces a gather of lengths and three passes.
-    """
-    scaled = params.variant != "bm25l"
-    # keyed by the numbers, not the row set: supplied statistics share the entry
-    key = ("norms", stats.n_docs, stats.total_length, params.b, params.k1 if scaled else None)
-
-    def make() -> tuple[np.ndarray, bool]:
-        norms = (1 - params.b) + params.b * postings.doc_lengths / stats.avgdl
-        if scaled:
-            norms = params.k1 * norms
-        return norms, bool(norms.min(initial=1.0) > 0)
-
-    norms: tuple[np.ndarray, bool] = postings.norm_cache.get_or_make(key, make)
-    return norms
 
 
 class _Scorer:

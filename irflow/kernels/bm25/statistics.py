@@ -248,6 +248,27 @@ def combine_stats(parts: Sequence[PartialStats]) -> BM25Stats:
     return BM25Stats(n_docs=n_docs, total_length=sum(p.total_length for p in parts), df=df, mean_okapi_idf=mean)
 
 
+def _norms(postings: Postings, stats: _Stats, params: BM25Params) -> tuple[np.ndarray, bool]:
+    """Per-row length normalisation for these statistics, and whether all are > 0; cached.
+
+    ``(1 - b) + b * dl / avgdl`` for BM25L, times ``k1`` for Okapi and
+    BM25Plus (they only use it that way), in rank_bm25's order of operations.
+    One gather of this per term replaces a gather of lengths and three passes.
+    """
+    scaled = params.variant != "bm25l"
+    # keyed by the numbers, not the row set: supplied statistics share the entry
+    key = ("norms", stats.n_docs, stats.total_length, params.b, params.k1 if scaled else None)
+
+    def make() -> tuple[np.ndarray, bool]:
+        norms = (1 - params.b) + params.b * postings.doc_lengths / stats.avgdl
+        if scaled:
+            norms = params.k1 * norms
+        return norms, bool(norms.min(initial=1.0) > 0)
+
+    norms: tuple[np.ndarray, bool] = postings.norm_cache.get_or_make(key, make)
+    return norms
+
+
 def _idf(params: BM25Params, n_docs: int, df: int, mean_idf: "Any") -> float:
     """Idf of a term in ``df`` of ``n_docs`` documents, as rank_bm25 computes it."""
     if params.variant == "okapi":
