@@ -351,3 +351,22 @@ def test_a_commit_that_cannot_write_changes_nothing(root, monkeypatch):
     assert corpus.snapshot() is before and (root / "CURRENT").read_bytes() == pointer
     corpus.add(records()[40:42])
     assert len(open_corpus(root)) == 42
+
+
+def test_a_corpus_of_a_custom_embedder_needs_it_again_to_embed(tmp_path):
+    from irflow.kernels.embedders import resolve_embedder
+
+    hashing = resolve_embedder("hash:16")
+    path = tmp_path / "custom"
+    irflow.build(records()[:10], embedder=lambda texts: hashing.embed_documents(list(texts)), path=path)
+    reopened = open_corpus(path)
+    pointer = (path / "CURRENT").read_bytes()
+    with pytest.raises(CorpusError, match="custom embedder.*pass it again: open_corpus"):
+        reopened.add(records()[10:12])
+    assert (path / "CURRENT").read_bytes() == pointer
+    reopened.delete([reopened.record_ids[0]])  # no new text: nothing to embed, nothing needed
+    wrong = open_corpus(path, embedder="hash:8")
+    with pytest.raises(irflow.EmbedderError, match="8"):
+        wrong.add(records()[10:12])
+    right = open_corpus(path, embedder=lambda texts: hashing.embed_documents(list(texts)))
+    assert right.add(records()[10:12]).embedded == 2
