@@ -43,9 +43,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
-from numba.typed import List
 
-__all__ = ["topk", "topk_parts", "typed_list", "BLOCK"]
+__all__ = ["topk", "scan", "ranked", "BLOCK"]
 
 #: Rows per block: the accumulator (8 bytes a row), flags and touched list stay in L1/L2.
 BLOCK = 4096
@@ -123,10 +122,11 @@ def _scan(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, 
           floored):  # pragma: no cover - compiled
     """One index's rows offered to the heap ``hs``/``hr`` of the ``m`` best so far (rows pushed as ``offset`` + row).
 
-    What :func:`topk` does for one index, and :func:`topk_parts` for each of
-    several: the heap, its size ``m`` and the pruning ``limit`` go in and
-    come out, so an index after others starts pruning from the k-th score
-    they found.  Returns ``(m, limit)``.
+    What :func:`topk` does for one index, and what a corpus of several
+    indexes (segments, ``irflow.kernels.bm25.parts``) does for each in turn:
+    the heap, its size ``m`` and the pruning ``limit`` go in and come out, so
+    an index after others starts pruning from the k-th score they found.
+    Returns ``(m, limit)``.
     """
     n = norms.size
     n_terms = term_ints.shape[0]
@@ -346,37 +346,6 @@ def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, k
     return _ranked(hs, hr, m, floored, least_score)
 
 
-@njit(nogil=True, cache=True, error_model="numpy")
-def topk_parts(term_ints, term_floats, term_offsets, row_offsets, post_rows, post_tfs, norms, head, mask, kept,
-               kept_head, kept_norms, k, variant, k1, delta, constant, margin, prune, block,
-               least_score):  # pragma: no cover - compiled
-    """:func:`topk` over several indexes that are the parts of one corpus, in row order, with one heap.
-
-    Part ``p``'s terms are rows ``term_offsets[p]:term_offsets[p + 1]`` of
-    the term tables; its arrays the ``p``-th of each (numba typed) list; its
-    rows global from ``row_offsets[p]``.  The heap orders by (score desc,
-    global row asc), so it holds the corpus's top ``k`` exactly, and each part
-    prunes from the k-th score the parts before it found.
-    """
-    hs = np.empty(k)
-    hr = np.empty(k, np.int64)
-    floored = least_score > -np.inf
-    least = least_score - margin * max(1.0, abs(least_score), abs(constant)) if floored else -np.inf
-    limit = least
-    m = 0
-    for part in range(row_offsets.size):
-        a, b = term_offsets[part], term_offsets[part + 1]
-        if a == b:
-            continue
-        m, limit = _scan(term_ints[a:b], term_floats[a:b], post_rows[part], post_tfs[part], norms[part], head[part],
-                         mask[part], kept[part], kept_head[part], kept_norms[part], k, variant, k1, delta, constant,
-                         margin, prune, block, row_offsets[part], hs, hr, m, limit, least, floored)
-    return _ranked(hs, hr, m, floored, least_score)
-
-
-def typed_list(arrays: list[np.ndarray]) -> object:
-    """The arrays as one numba typed list (what :func:`topk_parts` takes; they must share one type)."""
-    found = List()
-    for array in arrays:
-        found.append(array)
-    return found
+#: The scan of one index into a heap of several's, and the heap's ranking (the public names of the two).
+scan = _scan
+ranked = _ranked

@@ -5,11 +5,11 @@ same (the corpus's) statistics, so a row's score is the same bits in its
 part as in one index of every row.  :class:`PartsScorer` ranks a query over
 all of them:
 
-- with the compiled kernel, in ONE call (``compiled.topk_parts``): the
-  parts' term tables stacked, their arrays handed as numba typed lists
-  (made once per scorer set), one heap ordered by (score desc, global row
-  asc) — each part prunes from the k-th score the parts before it found,
-  and no Python runs between parts;
+- with the compiled kernel, into ONE heap ordered by (score desc, global
+  row asc): the query's terms described once, each part's scan
+  (``compiled.scan``) starting from the heap the parts before it filled, so
+  it prunes from the k-th score they found — a part whose bounds cannot
+  reach it is not even called;
 - otherwise part after part, each told the k-th score found before it (a
   floor: its rows scoring at or below it lose to those rows, which hold
   lower rows), and the parts' tops concatenated in row order, so a stable
@@ -23,7 +23,6 @@ against fresh builds.
 from __future__ import annotations
 
 import heapq
-import threading
 from typing import Any, Sequence
 
 import numpy as np
@@ -42,13 +41,11 @@ class PartsScorer:
 
     def __init__(self, scorers: Sequence[_Scorer | None], offsets: Sequence[int]) -> None:
         self.parts = [(s, int(o)) for s, o in zip(scorers, offsets) if s is not None]
-        self._lists: tuple[Any, ...] | None = None
-        self._lock = threading.Lock()
 
     def top(self, tokens: Sequence[str], k: int, corpus_rows: int) -> tuple[np.ndarray, np.ndarray]:
         """(global rows, scores) of the top ``k`` rows holding a query token, best first, ties by row."""
         compiled = kernel.compiled_module(corpus_rows)
-        if compiled is not None and len(self.parts) > 1 and self._uniform():
+        if compiled is not None and len(self.parts) > 1:
             return self._compiled(compiled, tokens, k)
         return self._one_by_one(tokens, k, corpus_rows)
 
@@ -74,27 +71,6 @@ class PartsScorer:
         rows, scores = np.concatenate(found_rows), np.concatenate(found_scores)
         keep = np.argsort(-scores, kind="stable")[:k]  # parts in row order: ties stay by row
         return rows[keep], scores[keep]
-
-    def _uniform(self) -> bool:
-        """Whether every part's arrays share one type (one compiled signature takes them as lists)."""
-        first = self.parts[0][0]
-        return all(s.postings.post_tfs.dtype == first.postings.post_tfs.dtype and s.head.dtype == first.head.dtype
-                   and s.prune_ok == first.prune_ok for s, _ in self.parts)
-
-    def _typed(self, compiled: Any) -> tuple[Any, ...]:
-        """Each array of the parts' as a typed list (with the candidates' own rows and columns), made once."""
-        if self._lists is None:
-            with self._lock:
-                if self._lists is None:
-                    # the candidates' own rows only where a term can be read at them (a selective mask):
-                    # the kernel walks them block by block, which costs a pass for a mask of most rows
-                    arrays = [s._compiled_arrays(s.mask is not None and 4 * s.n_kept < s.postings.n_rows)
-                              for s, _ in self.parts]
-                    lists = tuple(compiled.typed_list([a[i] for a in arrays]) for i in range(len(arrays[0])))
-                    offsets = np.array([o for _, o in self.parts], dtype=np.int64)
-                    offsets.flags.writeable = False
-                    self._lists = (offsets, *lists)
-        return self._lists
 
     def _known(self, scorer: _Scorer, token: str) -> tuple[int, int, int, int, float, float]:
         """A token as the scorer describes it (kept by the scorer: its statistics never change)."""
@@ -153,17 +129,26 @@ class PartsScorer:
         return ints, floats, bounds, constant
 
     def _compiled(self, compiled: Any, tokens: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The parts' term tables stacked, and one compiled call (see the module docstring)."""
+        """The parts scanned in row order into one heap (see the module docstring)."""
         ints, floats, bounds, constant = self._table(tokens)
         if not ints:
             return _NO_ROWS, _NO_SCORES
         term_ints, term_floats = np.array(ints, dtype=np.int64), np.array(floats, dtype=np.float64)
-        term_offsets = np.array(bounds, dtype=np.int64)
-        for array in (term_ints, term_floats, term_offsets):
-            array.flags.writeable = False
+        term_ints.flags.writeable = False  # numba's read-only signature, as _Scorer._compiled_top
+        term_floats.flags.writeable = False
         first = self.parts[0][0]
-        found: tuple[np.ndarray, np.ndarray] = compiled.topk_parts(
-            term_ints, term_floats, term_offsets, *self._typed(compiled), int(k),
-            1 if first.variant == "bm25l" else 0, float(first.k1), float(first.delta), float(constant),
-            _PRUNE_MARGIN, bool(first.prune_ok), int(kernel.COMPILED_BLOCK or compiled.BLOCK), -np.inf)
+        variant, k1, delta = 1 if first.variant == "bm25l" else 0, float(first.k1), float(first.delta)
+        prune, block = bool(first.prune_ok), int(kernel.COMPILED_BLOCK or compiled.BLOCK)
+        hs, hr = np.empty(k), np.empty(k, dtype=np.int64)
+        m, limit = 0, -np.inf
+        for (scorer, offset), a, b in zip(self.parts, bounds[:-1], bounds[1:]):
+            if a == b:
+                continue
+            if prune and m == k and sum(f[1] for f in floats[a:b]) + constant < limit:
+                continue  # no row of this part can reach the k-th score found (the kernel would stop at once)
+            arrays = scorer._compiled_arrays(any(i[3] == 2 for i in ints[a:b]))
+            m, limit = compiled.scan(term_ints[a:b], term_floats[a:b], *arrays, int(k), variant, k1, delta,
+                                     float(constant), _PRUNE_MARGIN, prune, block, offset, hs, hr, m, limit,
+                                     -np.inf, False)
+        found: tuple[np.ndarray, np.ndarray] = compiled.ranked(hs, hr, m, False, -np.inf)
         return found
