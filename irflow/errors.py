@@ -125,8 +125,19 @@ class ArgumentError(InputError, TypeError):
     """
 
 
+class RecordError(CorpusError, InputError):
+    """A record given to :func:`irflow.build` (or a line of ``irflow index``) cannot be stored as given.
+
+    Names the record (its position, artifact and kind; the line for
+    ``irflow index``), the field or metadata key path, and the fix: text
+    that UTF-8 cannot encode, a metadata key that is not a string, a value
+    JSON cannot hold.  A :class:`CorpusError` (what ``build()`` raised for
+    bad records before) and an :class:`InputError` (so a ``ValueError``).
+    """
+
+
 class OutputError(IrflowError, OSError):
-    """A file could not be written (a missing or read-only folder, a full disk); names the file and the fix.
+    """A file could not be written (a missing or read-only folder, a full disk, a path inside a corpus); names it and the fix.
 
     Nothing was changed: irflow writes through a temporary file renamed into
     place, so the previous file, if any, is intact.  Also an ``OSError``.
@@ -270,5 +281,17 @@ class LedgerWarning(IrflowWarning):
     """Expansion skipped ledger entries it could not resolve (a stale ledger, or no entry at all)."""
 
 
+class StandInEmbedderWarning(IrflowWarning):
+    """No embedding model is installed, so the default embedder is the ``"hash"`` stand-in (said once per process)."""
+
+
 class ShardUnavailableError(CorpusError):
     """A shard of a sharded corpus could not answer (its server died for good): the call gives no answer."""
+
+
+class RayConnectionError(IrflowError, ConnectionError):
+    """No Ray cluster could be joined at the address given: names it, the reason, and what to check.
+
+    Also a ``ConnectionError``, what a Python caller catches first for a
+    cluster that does not answer.
+    """

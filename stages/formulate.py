@@ -22,6 +22,7 @@ import attrs
 
 from irflow.engine import QUERIES, QUERY, Port, QueryBatch, Stage, StageContext, param, register_stage, registry
 from irflow.errors import FormulateError
+from irflow.util.unicode import lone_surrogate, surrogate_reason
 
 from ._util import callable_or_name
 
@@ -45,6 +46,11 @@ def formulated_texts(formulator: Callable[[str], Any], query: str) -> list[str]:
     else:
         raise FormulateError(f"formulator {getattr(formulator, '__qualname__', formulator)!r} returned "
                              f"{out!r} for {query!r}; a formulator returns a string or a list of strings")
+    for text in texts:  # a query text is UTF-8 text, as every query is (irflow.util.unicode)
+        at = lone_surrogate(text)
+        if at >= 0:
+            raise FormulateError(f"formulator {getattr(formulator, '__qualname__', formulator)!r} returned "
+                                 f"unusable text for {query!r}: {surrogate_reason(text, at)}")
     kept = [t for t in texts if t.strip()]
     return kept or [query]
 

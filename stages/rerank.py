@@ -15,8 +15,11 @@ metadata}``, the text chosen by ``text``: ``"surface"`` (the matched
 surface's text), ``"artifact"`` (the artifact's surfaces joined in plan
 order, through the ledger) or a callable ``(corpus, metadata) -> str``;
 cut to ``max_chars``.  The reranker's score replaces the candidate's score
-(scale ``rerank``) and the candidates are re-sorted, equal scores by corpus
-row (lowest first, README "Ties").  Provenance: ``<stage>.score``,
+(scale ``rerank``) and the candidates are re-sorted *stably*: equal scores
+keep the first-stage order (the seed's ``rerank``: "ties keep their incoming
+order", README "Ties") — so a coarse reranker, or ``text = "artifact"``
+(every surface of an artifact judged on the same text, so scored the
+same), leaves the surface that ranked first in front.  Provenance: ``<stage>.score``,
 ``<stage>.input_score`` and ``<stage>.input_rank`` (the first-stage score
 and rank).
 """
@@ -33,9 +36,10 @@ import numpy as np
 
 from irflow.engine import CANDIDATES, Candidates, CorpusProtocol, Port, Scale, Stage, StageContext, Upstream, param, \
     positive_int, register_stage, registry
-from irflow.errors import RerankerUnavailableWarning
+from irflow.errors import RerankError, RerankerUnavailableWarning
 from irflow.kernels.rerankers import DEFAULT_CROSS_ENCODER, cross_encoder_reranker, score_segments
 from irflow.util.extras import install_hint
+from irflow.util.unicode import lone_surrogate, surrogate_reason
 
 from ._util import callable_or_name
 
@@ -166,6 +170,10 @@ class Rerank(Stage):
                 if not isinstance(text, str):
                     raise TypeError(f"rerank text callable {getattr(self.text, '__qualname__', self.text)!r} "
                                     f"returned {type(text).__name__}; it must return the segment text (a str)")
+                at = lone_surrogate(text)  # a reranker's tokenizer takes valid Unicode only (irflow.util.unicode)
+                if at >= 0:
+                    raise RerankError(f"rerank text callable {getattr(self.text, '__qualname__', self.text)!r} "
+                                      f"returned unusable text for record {record.id!r}: {surrogate_reason(text, at)}")
                 texts.append(text)
         return [t[: self.max_chars] for t in texts]
 

@@ -5,12 +5,17 @@ mapping; this writes exactly those bytes (the old writer's ``json.dumps``
 calls), drops the format-2 record files, lists blake2b (or crc32) digests and
 reseals the manifest in ``CURRENT`` — a corpus of the previous release,
 without committing one.
+
+``downgrade_sharded_to_v1`` does the same for a sharded corpus's manifest:
+version 1 named no generation (a shard was its ``CURRENT``), kept the rows
+files of interleaved shards beside the shard directories, and had no seal.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import zlib
 from pathlib import Path
 
@@ -53,3 +58,20 @@ def downgrade_to_v1(root: Path, *, digest: str = "blake2b") -> None:
     raw = json.dumps(manifest, indent=1, sort_keys=True).encode()
     (gen / "manifest.json").write_bytes(raw)
     (root / "CURRENT").write_text(f"{gen.name} {hashlib.blake2b(raw, digest_size=16).hexdigest()}\n")
+
+
+def downgrade_sharded_to_v1(root: Path) -> None:
+    """Make the sharded corpus at *root* (its shards' CURRENT naming their generations) a version-1 one."""
+    data = json.loads((root / "shards.json").read_text())
+    del data["checksum"]
+    data["version"] = 1
+    for entry in data["shards"]:
+        generation = entry.pop("generation")
+        assert (root / entry["dir"] / "CURRENT").read_text().split()[0] == generation
+        entry["rows_checksum"] = None
+        if entry["rows_file"] is not None:
+            target = root / f"{entry['dir']}.rows.npy"
+            shutil.copyfile(root / entry["dir"] / generation / entry["rows_file"], target)
+            entry["rows_file"] = target.name
+            entry["rows_checksum"] = hashlib.blake2b(target.read_bytes(), digest_size=16).hexdigest()
+    (root / "shards.json").write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n")

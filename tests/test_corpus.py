@@ -312,10 +312,12 @@ def test_build_refuses_a_foreign_non_empty_directory(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["notes.txt"]
 
 
-def test_non_json_metadata_on_disk_names_the_record(tmp_path: Path) -> None:
+def test_non_json_metadata_names_the_record_in_memory_and_on_disk(tmp_path: Path) -> None:
     records = _records() + [Record("odd", "name", "odd", {"when": object()})]
-    with pytest.raises(CorpusError, match=r"record '.*'.*JSON"):
-        build(records, embedder=None, path=tmp_path / "odd")
+    for path in (None, tmp_path / "odd"):  # refused at build time: a corpus in memory holds what one on disk can
+        with pytest.raises(CorpusError, match=r"record #8 \(artifact 'odd', kind 'name'\): metadata\['when'\].*JSON"):
+            build(records, embedder=None, path=path)
+    assert not (tmp_path / "odd").exists()
 
 
 def test_metadata_round_trips_as_json(tmp_path: Path) -> None:

@@ -372,3 +372,137 @@ def test_a_lock_file_that_is_a_directory_is_a_corpus_error(root: Path) -> None:
     with pytest.raises(CorpusError, match=r"\.lock"):
         corpus.store.delete_record(corpus.record_ids[0])
     assert corpus.record_ids[0] in corpus.store
+
+
+# -- consistency between files (each edit resealed: sizes and checksums agree again) --------------------------
+
+
+def _array(root: Path, name: str) -> np.ndarray:
+    return np.load(_gen(root) / name, allow_pickle=False)
+
+
+def _a_term_with_two_rows(root: Path) -> int:
+    """The first posting of a term listed in two rows or more."""
+    offsets = _array(root, "postings.term_offsets.npy")
+    term = int(np.flatnonzero(np.diff(offsets) >= 2)[0])
+    return int(offsets[term])
+
+
+def _swap(array: np.ndarray, i: int, j: int) -> np.ndarray:
+    array[[i, j]] = array[[j, i]]
+    return array
+
+
+def _term_of_row_zero_changed(root: Path) -> Callable[[np.ndarray], np.ndarray]:
+    """row_terms with row 0's last term replaced by a term row 0 lacks, still in ascending order."""
+    end = int(_array(root, "postings.row_offsets.npy")[1])
+    n_terms = _array(root, "postings.term_offsets.npy").size - 1
+
+    def change(terms: np.ndarray) -> np.ndarray:
+        terms[end - 1] = next(t for t in range(int(terms[end - 1]) + 1, n_terms) if t not in terms[:end])
+        return terms
+    return change
+
+
+@pytest.mark.parametrize("file, change, says", [
+    # a document length set to 0: the lengths no longer sum to the frequencies (BM25's avgdl and norms change)
+    ("postings.doc_lengths.npy", lambda root: lambda a: _set(a, 2, 0), "doc_lengths.npy sums to"),
+    ("postings.doc_lengths.npy", lambda root: lambda a: _set(_set(a, 2, a[2] + 40), 3, a[3]),
+     "doc_lengths.npy sums to"),
+    # a row shorter than its distinct terms (the total kept)
+    ("postings.doc_lengths.npy", lambda root: lambda a: _set(_set(a, 2, 1), 3, a[3] + a[2] - 1),
+     "doc_lengths.npy: row 2 has length 1 but"),
+    # a term's rows out of order, or a row listed twice in a term
+    ("postings.post_rows.npy", lambda root: lambda a: _swap(a, _a_term_with_two_rows(root),
+                                                            _a_term_with_two_rows(root) + 1),
+     "post_rows.npy: the rows of term .* are not strictly ascending"),
+    ("postings.post_rows.npy", lambda root: lambda a: _set(a, _a_term_with_two_rows(root) + 1,
+                                                           a[_a_term_with_two_rows(root)]),
+     "post_rows.npy: the rows of term .* are not strictly ascending"),
+    ("postings.row_terms.npy", lambda root: lambda a: _swap(a, 0, 1), "row_terms.npy: the terms of row 0 are not"),
+    ("tombstones.npy", lambda root: lambda a: np.array([3, 1], dtype=np.int64), "tombstones.npy does not list rows"),
+    ("tombstones.npy", lambda root: lambda a: np.array([1, 1], dtype=np.int64), "tombstones.npy does not list rows"),
+    ("ledger.rows.npy", lambda root: lambda a: _set(a, 1, a[0]), "ledger.rows.npy lists row 0 more than once"),
+])
+def test_files_that_disagree_are_refused_on_open(root: Path, file: str, change: Callable, says: str) -> None:
+    _rewrite_array(root, file, change(root))
+    for verify in (True, False):
+        with pytest.raises(CorpusError, match=rf"{says}.*rebuild"):
+            open_corpus(root, verify=verify)
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda m: m.update(kinds=["name", "name"]), "'kinds' lists 'name' more than once"),
+    (lambda m: m.update(kinds=[*m["kinds"], "name"]), "'kinds' lists 'name' more than once"),
+    (lambda m: m["counts"].update(live=7), "'counts' says 7 live records, but the files hold 8"),
+    (lambda m: m["counts"].update(artifacts=5), "'counts' says 5 artifacts in the ledger, but the files hold 4"),
+    (lambda m: m["counts"].update(terms=m["counts"]["terms"] + 1), "'counts' says .* terms, but the files hold"),
+    (lambda m: m["counts"].update(postings=0), "'counts' says 0 postings, but the files hold"),
+])
+def test_a_manifest_that_disagrees_with_the_files_is_refused(root: Path, change: Callable, says: str) -> None:
+    _edit_manifest(root, change)
+    with pytest.raises(CorpusError, match=rf"manifest.json: {says}.*rebuild"):
+        open_corpus(root)
+
+
+def test_a_kind_no_row_has_is_refused(root: Path) -> None:
+    """A surface restriction to a kind no row has would return nothing where it raises a FilterError."""
+    _edit_manifest(root, lambda m: m.update(kinds=[*m["kinds"], "ghost"]))
+    with pytest.raises(CorpusError, match=r"records.kind_code.npy gives no row the kind 'ghost'.*rebuild"):
+        open_corpus(root)
+
+
+@pytest.mark.parametrize("change, says", [
+    # lengths moved between two rows: the total kept, each row still as long as its distinct terms
+    (lambda root: ("postings.doc_lengths.npy", lambda a: _set(_set(a, 2, a[2] + 1), 5, a[5] - 1)),
+     "doc_lengths.npy does not match .*post_tfs.npy row by row"),
+    # the row-major half names a term the term-major half does not give row 0
+    (lambda root: ("postings.row_terms.npy", _term_of_row_zero_changed(root)),
+     "a term is in other rows row-major than term-major"),
+])
+def test_lengths_and_halves_are_cross_checked_on_first_lexical_use(tmp_path: Path, change: Callable,
+                                                                     says: str) -> None:
+    root = tmp_path / "repeats"  # row 5 repeats a word: its length exceeds its distinct terms
+    build([Record(f"pkg{a}", kind, f"{kind} of package {a} parses json files" + (" json" if a == 2 else ""))
+           for a in range(4) for kind in ("name", "description")], embedder="hash:16", path=root)
+    file, edit = change(root)
+    _rewrite_array(root, file, edit)
+    corpus = open_corpus(root)  # the exact row-by-row checks read every posting at random: not on open
+    assert corpus.dense_topk(corpus.embed_queries(["json files"]), None, 3).row.size == 3  # dense never needs them
+    for _ in range(2):  # refused on every lexical use, not only the first
+        with pytest.raises(CorpusError, match=rf"{says}.*rebuild"):
+            corpus.bm25_topk(corpus.tokenize_queries(["json"]), None, 3)
+
+
+def test_a_valid_corpus_runs_its_cross_checks_once(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import irflow.kernels.postings as postings_module
+
+    calls = []
+    real = postings_module.cross_problems
+    monkeypatch.setattr(postings_module, "cross_problems", lambda *a: calls.append(1) or real(*a))
+    corpus = open_corpus(root)
+    assert calls == []  # not on open
+    for _ in range(3):
+        assert corpus.bm25_topk(corpus.tokenize_queries(["json"]), None, 2).row.size == 2
+    assert calls == [1]
+    built = build(_records(), embedder=None)
+    built.bm25_topk(built.tokenize_queries(["json"]), None, 2)
+    assert calls == [1]  # an index built in memory holds by construction
+
+
+@pytest.mark.parametrize("old_format", [False, True])
+def test_a_ledger_listing_another_artifacts_record_is_refused_on_lookup(root: Path, old_format: bool) -> None:
+    if old_format:
+        downgrade_to_v1(root, digest="crc32")
+        _rewrite_json(root, "ledger.json", lambda ledger: {**ledger, "pkg0": [ledger["pkg1"][0], *ledger["pkg0"][1:]],
+                                                           "pkg1": [ledger["pkg0"][0], *ledger["pkg1"][1:]]})
+    else:  # pkg0's first row and pkg1's first row swapped in the ledger
+        _rewrite_array(root, "ledger.rows.npy", lambda a: _swap(a, 0, 2))
+    corpus = open_corpus(root)  # which artifact a row belongs to is checked when the ledger entry is read
+    ledger_file = "ledger.json" if old_format else "ledger.rows.npy"
+    says = rf"{ledger_file}: the ledger lists record .* under artifact 'pkg0', but it is a record of 'pkg1'.*rebuild"
+    with pytest.raises(CorpusError, match=says):
+        records_for_artifact(corpus, "pkg0")
+    with pytest.raises(CorpusError, match=says):
+        corpus.sibling_rows(["pkg0"])
+    assert [r.artifact_id for r in records_for_artifact(corpus, "pkg2")] == ["pkg2", "pkg2"]  # the rest still reads

@@ -28,7 +28,9 @@ import irflow.engine.registry as registry
 from irflow.api.expand import expand as expand_hits
 from irflow.kernels.bm25 import BM25Params
 from irflow.store.corpus import build
-from irflow.errors import CorpusError, FilterError, NoLedgerEntry, UnknownFieldWarning, UnknownSurfaceWarning
+from irflow.errors import (CorpusError, FilterError, NoLedgerEntry, OutputError, UnknownFieldWarning,
+                           UnknownSurfaceWarning)
+from irflow.store.persist import save_corpus
 from irflow.engine.recipe import builtin_recipes, load_recipe
 from irflow.shard import ShardedCorpus, open_corpus, plan_shards, shard
 from irflow.shard.manifest import MANIFEST_FILE
@@ -381,8 +383,10 @@ def test_a_damaged_shard_file_names_the_shard_and_the_file(sharded_dir):
     data = bytearray(postings.read_bytes())
     data[-1] ^= 0xFF
     postings.write_bytes(bytes(data))
-    with pytest.raises(CorpusError, match=r"shard 1 \(.*shard-001\).*postings\.post_rows\.npy"):
+    with pytest.raises(CorpusError, match=r"shard 1 \(.*shard-001\).*postings\.post_rows\.npy") as caught:
         ShardedCorpus.open(sharded_dir)
+    # the fix of a sharded corpus, not a single one's (rebuilding the shard alone would not repair it)
+    assert "shard the corpus again" in str(caught.value) and "irflow.build" not in str(caught.value)
 
 
 def test_damaged_vectors_fail_their_first_dense_use_naming_the_shard(sharded_dir):
@@ -396,32 +400,37 @@ def test_damaged_vectors_fail_their_first_dense_use_naming_the_shard(sharded_dir
             irflow.search(sharded, "python", mode="dense")
 
 
-def test_a_missing_or_unlisted_shard_refuses_to_open(sharded_dir):
+def test_a_missing_shard_refuses_to_open_and_an_unlisted_one_is_left_alone(sharded_dir):
+    single = build(records(10), embedder="hash", name="f")
     moved = sharded_dir.parent / "elsewhere"
     shutil.move(sharded_dir / "shard-002", moved)
     with pytest.raises(CorpusError, match="shard 2 is missing from disk"):
         ShardedCorpus.open(sharded_dir)
     shutil.move(moved, sharded_dir / "shard-002")
     ShardedCorpus.open(sharded_dir).close()
+    # a shard directory shards.json does not list is what a reshard into fewer shards leaves while a reader
+    # holds it: the manifest decides, and the next sharding removes it
     shutil.copytree(sharded_dir / "shard-002", sharded_dir / "shard-003")
-    with pytest.raises(CorpusError, match="shard-003 that .* does not list"):
-        ShardedCorpus.open(sharded_dir)
-    shutil.rmtree(sharded_dir / "shard-003")
-    manifest = json.loads((sharded_dir / MANIFEST_FILE).read_text())
-    manifest["shards"].pop()
-    manifest["counts"]["shards"] = 2
-    (sharded_dir / MANIFEST_FILE).write_text(json.dumps(manifest))
-    with pytest.raises(CorpusError):  # the manifest lost a shard: counts no longer add up, shard-002 unlisted
-        ShardedCorpus.open(sharded_dir)
+    with ShardedCorpus.open(sharded_dir) as sharded:
+        assert sharded.n_shards == 3
+        assert irflow.search(sharded, "python", mode="hybrid") == irflow.search(single, "python", mode="hybrid")
+    shard(single, 3, sharded_dir).close()
+    assert sorted(p.name for p in sharded_dir.iterdir()) == [".lock", "shard-000", "shard-001", "shard-002",
+                                                             MANIFEST_FILE]
 
 
 def test_a_rebuilt_shard_or_no_manifest_refuses_to_open(sharded_dir):
-    build(records(3), embedder="hash", path=sharded_dir / "shard-001")  # replaced behind the manifest's back
-    with pytest.raises(CorpusError, match="shard 1 .* is not the shard the manifest lists"):
+    # replaced behind the manifest's back, through the store layer (build(path=...) refuses a path in a sharded corpus)
+    part = build(records(3), embedder="hash")
+    save_corpus(sharded_dir / "shard-001", store=part.store, postings=part.postings, vectors=part.vectors,
+                analyzer=part.analyzer.to_dict(), embedder=part.embedder_info)
+    with pytest.raises(CorpusError, match=r"shard 1 \(.*shard-001\).*gen-000001.* missing.*shard the corpus again"):
         ShardedCorpus.open(sharded_dir)
-    (sharded_dir / MANIFEST_FILE).unlink()
+    (sharded_dir / MANIFEST_FILE).unlink()  # shard directories and no manifest: what a killed first sharding leaves
+    with pytest.raises(CorpusError, match="holds an interrupted sharding.*run the irflow shard command again"):
+        ShardedCorpus.open(sharded_dir)
     with pytest.raises(CorpusError, match="is not a sharded corpus: it has no shards.json"):
-        ShardedCorpus.open(sharded_dir)
+        ShardedCorpus.open(sharded_dir / "shard-001")
 
 
 def test_resharding_replaces_the_shards(sharded_dir):
@@ -429,7 +438,7 @@ def test_resharding_replaces_the_shards(sharded_dir):
     with shard(single, 2, sharded_dir) as fewer:
         assert fewer.n_shards == 2 and not (sharded_dir / "shard-002").exists()
         assert irflow.search(fewer, "python", mode="hybrid") == irflow.search(single, "python", mode="hybrid")
-    with pytest.raises(CorpusError, match="not empty and not a sharded corpus"):
+    with pytest.raises(OutputError, match="is inside the irflow sharded corpus"):
         shard(single, 2, sharded_dir / "shard-000")
 
 
@@ -452,7 +461,7 @@ def test_random_corpora_shard_to_the_same_scores(tmp_path_factory, seed, n, inte
 
 
 def test_shards_whose_logarithms_differ_refuse_to_open(sharded_dir, monkeypatch):
-    import irflow.shard.worker as worker
+    from irflow.shard import worker
 
     answers = iter(["a1b2", "a1b2", "ffff"])  # the third shard's C library computes log differently
     monkeypatch.setattr(worker, "math_fingerprint", lambda: next(answers))
@@ -469,7 +478,8 @@ def test_a_shard_whose_manifest_was_rewritten_refuses_to_open(sharded_dir):
     manifest["created"] = "1970-01-01T00:00:00+00:00"
     (generation / "manifest.json").write_text(json.dumps(manifest))
     (sharded_dir / "shard-000" / CURRENT_FILE).write_text(f"{generation.name} {checksum(generation / 'manifest.json')}")
-    with pytest.raises(CorpusError, match="shard 0 .* is not the shard the manifest lists"):
+    with pytest.raises(CorpusError, match=r"shard 0 .*gen-000001/manifest\.json does not match the checksum recorded "
+                                          r"in .*shards\.json"):
         ShardedCorpus.open(sharded_dir)
 
 

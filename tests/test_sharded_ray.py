@@ -9,10 +9,13 @@ the same answers must come back across process boundaries.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -26,9 +29,11 @@ import engine_fakes  # noqa: F401  (maps irflow.stages / irflow.recipes in a bar
 import irflow
 from irflow.cli import main as cli
 from irflow.store.corpus import build
-from irflow.errors import CorpusError, ShardUnavailableError
+from irflow.errors import CorpusError, RayConnectionError, ShardUnavailableError
 from irflow.engine.recipe import builtin_recipes, load_recipe
 from irflow.shard import ShardedCorpus, shard
+from irflow.util import progress
+from loopback_servers import closed_port, loopback_server
 from shard_corpus import assert_same_result, records
 
 ray = pytest.importorskip("ray")
@@ -44,10 +49,11 @@ def cluster():
 
     if ray.is_initialized():
         ray.shutdown()
-    saved = {key: os.environ.get(key) for key in ("IRFLOW_HOME", "HOME")}
+    saved = {key: os.environ.get(key) for key in ("IRFLOW_HOME", "HOME", "RAY_ADDRESS")}
     home = Path(tempfile.mkdtemp(prefix="irfh"))  # short: Ray's socket paths live under it
     user = Path(tempfile.mkdtemp(prefix="irfu"))  # the user's HOME: Ray must write nothing there
     os.environ["IRFLOW_HOME"], os.environ["HOME"] = str(home), str(user)
+    ray_address = os.environ["RAY_ADDRESS"] = f"127.0.0.1:{closed_port()}"  # "auto" starts its own cluster all the same
     seen = {}
     real_init = ray.init
 
@@ -61,7 +67,8 @@ def cluster():
         ray_backend.connect("auto", num_cpus=2)
     finally:
         ray.init = real_init
-    yield {"home": home, "user": user, "seen": seen}
+        os.environ.pop("RAY_ADDRESS")
+    yield {"home": home, "user": user, "seen": seen, "ray_address": ray_address}
     ray_backend.shutdown()
     for key, value in saved.items():
         if value is None:
@@ -146,6 +153,9 @@ def test_the_cluster_irflow_starts_is_contained(cluster, corpora):
     assert (cluster["home"] / "ray" / "home" / "ray_bootstrap_config.yaml").read_text() == ""
     assert seen["kwargs"]["_temp_dir"] == str(cluster["home"] / "ray")
     assert seen["kwargs"]["num_cpus"] == 2 and seen["kwargs"]["_node_ip_address"] == "127.0.0.1"
+    # a new cluster of its own, not the one RAY_ADDRESS names (which is closed: joining it would have failed)
+    assert seen["kwargs"]["address"] == "local"
+    assert ray.get_runtime_context().gcs_address != cluster["ray_address"]
     # the environment is restored for this process; Ray's sessions live under $IRFLOW_HOME/ray
     assert os.environ["HOME"] == str(cluster["user"]) and "RAY_AUTH_MODE" not in os.environ
     assert any(p.name.startswith("session_") for p in (cluster["home"] / "ray").iterdir())
@@ -274,7 +284,8 @@ def _collection(root: Path) -> Path:
     return root
 
 
-def test_eval_on_ray_gives_the_same_figures(cluster, tmp_path):
+def test_eval_on_ray_gives_the_same_figures(cluster, tmp_path, monkeypatch):
+    monkeypatch.setattr(progress, "DELAY", 0.0)  # stderr is a log here: lines show only for "long" phases
     data = _collection(tmp_path / "mini")
     runner = CliRunner()
     args = ["eval", "lexical", "hybrid", "--dataset", str(data), "--embedder", "hash", "--batch-size", "2",
@@ -286,7 +297,7 @@ def test_eval_on_ray_gives_the_same_figures(cluster, tmp_path):
     figures = json.loads(here.stdout)
     assert json.loads(there.stdout) == figures
     assert len(figures["systems"]) == 4
-    assert "evaluating mini" in there.stderr and f"{4 * 7}/{4 * 7}" in there.stderr  # progress, every batch
+    assert "evaluating mini" in there.stderr and f"{4 * 7}/{4 * 7} queries (100%)" in there.stderr  # progress, every batch
     # the Python API: the same runs, query by query
     plain = irflow.evaluate(["lexical", "dense"], data, embedder="hash", batch_size=3)
     on_ray = irflow.evaluate(["lexical", "dense"], data, embedder="hash", batch_size=3, ray="auto")
@@ -294,16 +305,141 @@ def test_eval_on_ray_gives_the_same_figures(cluster, tmp_path):
     assert plain.to_dict() == on_ray.to_dict()
 
 
-def test_an_address_joins_that_cluster_untouched(cluster, monkeypatch):
+def test_eval_of_a_given_corpus_on_ray_gives_the_same_figures(cluster, tmp_path):
+    """--corpus (plain, or sharded: the actors open it by path) with --queries and --qrels, here and on Ray."""
+    data = _collection(tmp_path / "mini")
+    runner = CliRunner()
+    built = runner.invoke(cli, ["index", str(data / "corpus.jsonl"), "--out", str(tmp_path / "c"), "--embedder", "hash"])
+    assert built.exit_code == 0, built.output
+    sharded = runner.invoke(cli, ["shard", str(tmp_path / "c"), "--shards", "2", "--out", str(tmp_path / "s")])
+    assert sharded.exit_code == 0, sharded.output
+    args = ["eval", "lexical", "hybrid", "--queries", str(data / "queries.jsonl"), "--qrels",
+            str(data / "qrels" / "test.tsv"), "--batch-size", "3", "--json"]
+    here = runner.invoke(cli, [*args, "--corpus", str(tmp_path / "c")])
+    assert here.exit_code == 0, here.output
+    for corpus in ("c", "s"):
+        there = runner.invoke(cli, [*args, "--corpus", str(tmp_path / corpus), "--ray", "auto"])
+        assert there.exit_code == 0, there.output
+        assert json.loads(there.stdout)["systems"] == json.loads(here.stdout)["systems"]
+        assert json.loads(there.stdout)["identical"] == json.loads(here.stdout)["identical"]
+
+
+def test_a_registry_entry_the_actors_cannot_load_does_not_stop_the_pool(cluster, tmp_path, monkeypatch):
+    """An entry whose module only the driver can import (a plugin from a folder the actors do not see) is left out there."""
+    home = tmp_path / "only_here"
+    home.mkdir()
+    (home / "only_here_mod.py").write_text("def lonely(query):\n    return [query]\n")
+    monkeypatch.syspath_prepend(str(home))
+    module = importlib.import_module("only_here_mod")
+    data = _collection(tmp_path / "mini")
+    plain = irflow.evaluate(["lexical"], data, embedder="hash", batch_size=3)
+    with irflow.registry.registered("only_here_lonely", module.lonely):
+        on_ray = irflow.evaluate(["lexical"], data, embedder="hash", batch_size=3, ray="auto")
+    assert plain.to_dict() == on_ray.to_dict()
+
+
+KILLER = '''"""Imported in every actor of an evaluation: the first actor's process kills itself, once."""
+import os
+import signal
+from pathlib import Path
+
+import ray
+
+if ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None:
+    try:
+        fd = os.open(Path(__file__).with_suffix(".killed"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        pass
+    else:
+        os.close(fd)
+        os.kill(os.getpid(), signal.SIGKILL)
+'''
+
+
+def test_eval_json_on_ray_is_alone_on_stdout_when_a_worker_dies(cluster, tmp_path):
+    """Ray's driver prints '(raylet) A worker died ...' when an actor's process dies: on stderr, not in the JSON.
+
+    A real process (its stdout whole, Ray's shutdown included) joins this session's cluster; a plugin
+    kills the first actor, Ray restarts it and the evaluation completes.
+    """
+    data = _collection(tmp_path / "mini")
+    killer = tmp_path / "killer.py"
+    killer.write_text(KILLER)
+    # the joining driver takes its node address from the cluster's switch as irflow's own cluster has it
+    env = {**os.environ, "IRFLOW_HOME": str(tmp_path / "home"), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    args = ["eval", "lexical", "--dataset", str(data), "--embedder", "none", "--batch-size", "1", "--json"]
+    done = subprocess.run([sys.executable, "-m", "irflow", *args, "--ray", ray.get_runtime_context().gcs_address,
+                           "--plugin", str(killer)], capture_output=True, text=True, timeout=240, env=env,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(done.stdout)  # the JSON and nothing else
+    assert killer.with_suffix(".killed").exists() and "A worker died" in done.stderr  # it happened, and said so
+    assert figures == json.loads(CliRunner().invoke(cli, args).stdout)  # the figures without Ray
+
+
+def test_ray_driver_messages_go_to_stderr(cluster, capsys):
+    from irflow.shard import ray_backend
+
+    ray_backend.require_ray()  # how irflow imports Ray
+    line = f"(raylet) a message for the driver {time.time_ns()}"  # unique: Ray prints repeats later, deduplicated
+    ray._private.worker.print_to_stdstream({"lines": [line], "pid": "raylet", "is_err": False}, ignore_prefix=False)
+    out, err = capsys.readouterr()
+    assert line in err and line not in out
+
+
+def test_an_address_joins_that_cluster_untouched_and_as_given(cluster, monkeypatch):
+    """The address reaches ray.init as given, and Ray dials it as given (its own rewrite of a loopback one is off)."""
+    from ray._private import ray_constants, services
+
     from irflow.shard import ray_backend
 
     calls = []
+
+    def spy(**kwargs):
+        switch, dialled = ray_constants.ENABLE_RAY_CLUSTER, None
+        if switch is False:  # what Ray dials when no node of this process answers for it (nothing is probed: off)
+            with monkeypatch.context() as scope:
+                scope.setattr(ray._private.worker, "_global_node", None)
+                dialled = services.canonicalize_bootstrap_address(kwargs["address"])
+        calls.append((kwargs, dict(os.environ), switch, dialled))
+
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append((kwargs, dict(os.environ))))
-    before = dict(os.environ)
-    ray_backend.connect("10.1.2.3:6379")
-    ((kwargs, env),) = calls
-    assert kwargs["address"] == "10.1.2.3:6379" and "_temp_dir" not in kwargs and "num_cpus" not in kwargs
+    monkeypatch.setattr(ray, "init", spy)
+    monkeypatch.setattr(ray_backend, "_joined", None, raising=False)  # what this process joined: nothing yet
+    before, users_switch = dict(os.environ), ray_constants.ENABLE_RAY_CLUSTER
+    with loopback_server("grpc") as address:
+        ray_backend.connect(address)
+        with pytest.raises(TypeError, match="apply to a cluster irflow starts"):
+            ray_backend.connect(address, num_cpus=2)
+    ((kwargs, env, switch, dialled),) = calls
+    assert kwargs["address"] == address and "_temp_dir" not in kwargs and "num_cpus" not in kwargs
+    assert dialled == address  # not this machine's address on its network interface
+    assert switch is False and ray_constants.ENABLE_RAY_CLUSTER == users_switch  # as the user had it afterwards
     assert env == before  # no setting of irflow's: the cluster's own apply
-    with pytest.raises(TypeError, match="apply to a cluster irflow starts"):
-        ray_backend.connect("10.1.2.3:6379", num_cpus=2)
+
+
+def test_a_process_on_a_cluster_runs_on_no_other(corpora):
+    from irflow.shard import ray_backend
+
+    _, _, root = corpora
+    here = ray.get_runtime_context().gcs_address
+    assert ray_backend.connect(here) is ray and ray_backend.connect(here.replace("127.0.0.1", "localhost")) is ray
+    other = f"127.0.0.1:{closed_port()}"
+    with pytest.raises(RayConnectionError, match=f"already connected to the Ray cluster at {here}, so it cannot "
+                                                 f"also join {other}"):
+        irflow.open_corpus(root, ray=other)
+
+
+def test_cli_joins_a_running_cluster_at_its_loopback_address(corpora, tmp_path):
+    """Another process joins the session's cluster by the address it was given (127.0.0.1, not rewritten)."""
+    _, _, root = corpora
+    address = ray.get_runtime_context().gcs_address
+    assert address.startswith("127.0.0.1:")
+    args = ["run", "hybrid", "-q", "sql parser", "-q", "graph tool", "--json", "--corpus", str(root)]
+    env = {**os.environ, "HOME": str(tmp_path)}
+    joined = subprocess.run([sys.executable, "-m", "irflow", *args, "--ray", address], capture_output=True, text=True,
+                            env=env, timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    assert joined.returncode == 0, joined.stderr
+    here = CliRunner().invoke(cli, args)
+    assert here.exit_code == 0, here.output
+    assert json.loads(joined.stdout)["queries"] == json.loads(here.output)["queries"]

@@ -30,12 +30,13 @@ from typing import Any
 import attrs
 
 from irflow.evaluation.datasets import DatasetError, document_records, parse_document
-from irflow.errors import InputError
+from irflow.errors import InputError, RecordError
 from irflow.util.fileio import loads_json, open_regular, read_lines
 from irflow.util.progress import bar
 from irflow.store.records import Record
 from irflow.engine.validators import closest
 from irflow.store.record_store import prepare_records
+from irflow.store.recordcheck import checked_record
 
 __all__ = ["RECORD_FORMAT", "BadLine", "RecordFile", "read_record_file", "bad_lines_report", "skipped_report"]
 
@@ -112,8 +113,9 @@ def _record_problems(obj: Mapping[str, Any]) -> list[str]:
     if obj.get("metadata") is not None and not isinstance(obj["metadata"], dict):
         problems.append(f"'metadata' must be an object ({{\"key\": value, ...}}), got {_type(obj['metadata'])}")
     index = obj.get("surface_index")
-    if index is not None and (isinstance(index, bool) or not isinstance(index, int) or index < 0):
-        problems.append(f"'surface_index' must be an integer >= 0, got {_shown(index)}")
+    if index is not None and (isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < 2**63):
+        # beyond int64 it cannot be stored: it would end the build in an OverflowError
+        problems.append(f"'surface_index' must be an integer from 0 to 2**63 - 1, got {_shown(index)}")
     if obj.get("id") is not None and (not isinstance(obj["id"], str) or not obj["id"]):
         problems.append(f"'id' must be a non-empty string, got {_shown(obj['id'])}")
     vector = obj.get("vector")
@@ -191,7 +193,13 @@ class _Lines:
         else:
             record, kind, reason = _record(obj)
             made = None if record is None else [record]
-        return BadLine(number, kind, reason) if made is None else made
+        if made is None:
+            return BadLine(number, kind, reason)
+        try:
+            # what build() would refuse (text UTF-8 cannot hold, metadata JSON cannot), said per line
+            return [checked_record(r) for r in made]
+        except RecordError as error:
+            return BadLine(number, "value", str(error))
 
 
 def read_record_file(path: str | Path, *, title_mode: str = "prepend", progress: bool = False) -> RecordFile:

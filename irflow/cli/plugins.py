@@ -10,6 +10,7 @@ a clear usage error naming it, never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -20,6 +21,7 @@ from typing import Any
 
 import click
 
+from irflow.cli.text import PATH_TEXT
 from irflow.engine.kinds import module_from_file
 
 __all__ = ["plugin_option", "load_plugin", "PLUGINS_META"]
@@ -58,7 +60,9 @@ def load_plugin(name: str) -> ModuleType:
 def _load(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> tuple[str, ...]:
     for name in values:
         try:
-            load_plugin(name)
+            # what a plugin prints while it is imported is not the command's output (--json): stderr
+            with contextlib.redirect_stdout(sys.stderr):
+                load_plugin(name)
         except ModuleNotFoundError as error:
             raise click.BadParameter(
                 f"cannot import {name!r}: no module named {error.name!r} (looked on sys.path and in the current "
@@ -76,6 +80,6 @@ def _load(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> 
 
 #: The ``--plugin MODULE`` option of the commands that load recipes (run, validate, graph, eval).
 plugin_option: Any = click.option(
-    "--plugin", "plugins", multiple=True, metavar="MODULE", callback=_load, expose_value=False, is_eager=True,
+    "--plugin", "plugins", multiple=True, type=PATH_TEXT, metavar="MODULE", callback=_load, expose_value=False, is_eager=True,
     help="Import MODULE first (a module name, or a .py path) so the stage kinds it registers can be used; "
          "repeatable. Recipe files never name code: you do, here.")

@@ -2,7 +2,7 @@
 
 It is what README's first command runs (``irflow demo``): a corpus built from
 real data every Python machine has (see :mod:`irflow.cli.installed`), the
-command line's default embedder (all-MiniLM-L6-v2 on onnxruntime when the
+default embedder of every entry point (all-MiniLM-L6-v2 on onnxruntime when the
 ``models`` extra is installed, else the offline ``"hash"`` sketch, said so
 once), the built-in ``search`` recipe in hybrid mode, a readable results
 table and a trace file to look into with ``irflow trace show``.
@@ -19,13 +19,15 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from irflow.store.corpus import Corpus, build, open_corpus
-from irflow.kernels.embedders import cli_default_embedder, resolve_embedder
+from irflow.kernels.embedders import AUTO, resolve_embedder
 from irflow.errors import CorpusError
 from irflow.cli.installed import distribution_records
 from irflow.store.paths import irflow_home
 from irflow.store.persist import FORMAT_VERSION
 from irflow.engine.recipe import load_recipe
+from irflow.util.corpusmarks import CORPUS, refuse_inside_corpus
 from irflow.util.table import render_table
+from irflow.util.unicode import check_text
 from irflow.kernels.text import get_analyzer
 
 __all__ = ["EXAMPLE_QUERIES", "DEFAULT_TRACE", "installed_corpus", "run_demo", "scoring_stage"]
@@ -44,7 +46,7 @@ EXAMPLE_QUERIES: tuple[str, ...] = (
 DEFAULT_TRACE = "irflow-demo-trace.jsonl"
 
 
-def installed_corpus(*, embedder: Any = "hash", cache: bool = False, progress: bool = False) -> Corpus:
+def installed_corpus(*, embedder: Any = AUTO, cache: bool = False, progress: bool = False) -> Corpus:
     """A corpus of the installed distributions (named ``installed``): in memory, or cached.
 
     With ``cache`` it is built once into ``$IRFLOW_HOME/cache/demo/<key>/installed``
@@ -68,6 +70,7 @@ def installed_corpus(*, embedder: Any = "hash", cache: bool = False, progress: b
             return open_corpus(path, embedder=the_embedder)
         except CorpusError as error:  # an interrupted or foreign entry: rebuild rather than fail
             logger.warning("the cached demo corpus %s cannot be opened (%s); rebuilding it", path, error)
+    refuse_inside_corpus(path, "demo corpus", replacing=CORPUS)  # before its folders are made
     path.parent.mkdir(parents=True, exist_ok=True)
     return build(records, embedder=the_embedder, path=path, progress=progress)
 
@@ -85,22 +88,23 @@ def run_demo(
     k: int = 5,
     trace_path: str | Path | None = DEFAULT_TRACE,
     echo: Callable[[str], None] = logger.info,
-    embedder: Any = None,
+    embedder: Any = AUTO,
     cache: bool = False,
     progress: bool = False,
 ) -> list:
     """Run the ``search`` recipe over the installed-packages corpus and show the hits.
 
     Returns the hit lists (one per query).  With *trace_path* the run is
-    traced and the trace written there as JSON Lines.  ``embedder`` None
-    takes the command line's default (:func:`irflow.kernels.embedders.cli_default_embedder`);
+    traced and the trace written there as JSON Lines.  ``embedder`` defaults
+    to the model when installed, else "hash" (:func:`irflow.kernels.embedders.default_embedder`);
     ``cache`` keeps the embedded corpus for the next run (see :func:`installed_corpus`).
     """
+    if trace_path is not None:
+        refuse_inside_corpus(trace_path, "trace")  # said before the corpus is built, not after the run
     queries = list(queries) or list(EXAMPLE_QUERIES)
-    if embedder is None:
-        embedder, note = cli_default_embedder()
-        if note:
-            echo(note)
+    for i, query in enumerate(queries):  # refused before the corpus is built (the run would refuse it after)
+        if isinstance(query, str):
+            check_text(query, f"query {i}")
     corpus = installed_corpus(embedder=embedder, cache=cache, progress=progress)
     artifacts = len(corpus.store.ledger)
     echo(f"corpus: {artifacts} installed Python distributions, {corpus.n_rows} surfaces "

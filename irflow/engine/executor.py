@@ -41,11 +41,13 @@ from irflow.engine.pipeline import Pipeline
 from irflow.engine.plan import OFF, THROUGH, Step, plan_run, when_holds
 from irflow.engine.ports import CANDIDATES, HITS, MASK, QUERIES, QUERY, PortType
 from irflow.engine.result import Result
+from irflow.engine.shortfall import Shortfall, find_shortfalls
 from irflow.engine.stage import Stage, StageContext
-from irflow.errors import ArgumentError, RecipeError, StageError
+from irflow.errors import ArgumentError, ParameterError, RecipeError, StageError
 from irflow.store.protocol import CorpusProtocol, pinned
 from irflow.util.cachekey import UnkeyableError, cache_key
 from irflow.util.fileio import check_nesting
+from irflow.util.unicode import check_text, find_lone_surrogate, surrogate_reason
 
 __all__ = ["run_recipe", "check_corpus", "StageCache", "StageEvent", "TraceRecorder", "INACTIVE", "is_inactive"]
 
@@ -128,10 +130,27 @@ def check_corpus(corpus: Any, where: str) -> None:
 
 def _batch(query_or_queries: Any) -> tuple[QueryBatch, bool]:
     if isinstance(query_or_queries, str):
+        check_text(query_or_queries, "the query")  # InputError: text UTF-8 cannot encode (irflow.util.unicode)
         return QueryBatch.of([query_or_queries]), True
     if isinstance(query_or_queries, QueryBatch):
-        return query_or_queries, False
-    return QueryBatch.of(query_or_queries), False  # ArgumentError for a dict, a set, bytes, a non-iterable
+        batch = query_or_queries
+    else:
+        batch = QueryBatch.of(query_or_queries)  # ArgumentError for a dict, a set, bytes, a non-iterable
+    for i, text in enumerate(batch.originals):  # text UTF-8 cannot encode is refused (irflow.util.unicode)
+        check_text(text, f"query {i}")
+    if batch.texts is not batch.originals:  # a formulated batch passed in: its texts are embedded too
+        for i, text in enumerate(batch.texts):
+            check_text(text, f"query text {i}")
+    return batch, False
+
+
+def _text_problem(name: str, value: Any) -> str | None:
+    """Why run argument ``name`` is refused for its text (a lone surrogate in a string, keys included), or None."""
+    found = find_lone_surrogate(value, name)
+    if found is None:
+        return None
+    where, text, at = found
+    return f"{'' if where == name else f'{where}: '}{surrogate_reason(text, at)}"
 
 
 def _check_output(value: Any, expected: PortType, corpus: Any) -> str | None:
@@ -213,8 +232,11 @@ def run_recipe(recipe: RecipeSpec, corpus: CorpusProtocol, query_or_queries: Any
                 run.inject(name)
             else:
                 run.execute(name)
+    short = run.shortfalls()
+    if run.recorder is not None:
+        run.recorder.short = short
     return Result(recipe=recipe, corpus=corpus, queries=run.batch, single=run.single, params=run.values,
-                  outputs=run.outputs, trace=run.recorder, output_name=run.target)
+                  outputs=run.outputs, trace=run.recorder, output_name=run.target, short=short)
 
 
 @attrs.define(eq=False)
@@ -247,8 +269,15 @@ class _Run:
         """Resolve everything a run needs before a stage runs; bad arguments fail here, naming what is wrong."""
         pipeline = Pipeline.of(recipe)
         for name, value in params.items():  # freezing and hashing parameters recurse: bound the depth first
-            if type(value) not in _SCALARS:  # a plain scalar nests nothing (a fixed cost of every search())
+            kind = type(value)
+            if kind is str and value.isascii():
+                continue
+            if kind not in _SCALARS:  # a plain scalar nests nothing (a fixed cost of every search())
                 check_nesting(value, f"recipe {recipe.name!r}: parameter {name!r}")
+            if kind not in _SCALARS or kind is str:  # text must be UTF-8 text, at any depth
+                why = _text_problem(name, value)
+                if why is not None:
+                    raise ParameterError(recipe.name, [(name, value, why, None)])
         values, values_key = resolve_params_keyed(recipe, params)
         batch, single = _batch(query_or_queries)
         check_corpus(corpus, f"recipe {recipe.name!r}")
@@ -297,6 +326,23 @@ class _Run:
                 outputs[name] = _run_stage(self.stages[name], StageContext(self.corpus, name, self.batch), kwargs,
                                            name, self.corpus)
 
+    def shortfalls(self) -> tuple[Shortfall, ...]:
+        """The queries that got fewer results than the output stage promises while more may match."""
+        stage = self.stages.get(self.target)
+        promise = stage.promised() if stage is not None else None
+        return find_shortfalls(self.corpus, self.batch, self.outputs.get(self.target), promise, self._first_stages)
+
+    def _first_stages(self) -> list[tuple[str, Stage, Candidates, dict[str, Any]]]:
+        """The first stages that ran (a fetch depth, an active output), with the inputs they got."""
+        found = []
+        for name in self.needed:
+            stage, out = self.stages.get(name), self.outputs.get(name)
+            if stage is None or not isinstance(out, Candidates) or not out.active \
+                    or stage.fetch_depths(out.queries) is None:
+                continue
+            found.append((name, stage, out, self._inputs(name)[0]))
+        return found
+
     def inject(self, name: str) -> None:
         """Take stage ``name``'s output from the caller's overrides."""
         cls, value = self.pipeline.classes[name], self.injected[name]
@@ -325,6 +371,8 @@ class _Run:
                 self.keys[name] = ("inactive", name)
         else:
             output, status = self._cached_or_run(name, stage, kwargs)
+            if status == "ran" and _returned_input(stage, kwargs, live, output):
+                status = "passed"  # it had nothing to do (no reranker, one channel): a trace says so
         self.outputs[name] = output
         if self.recorder is not None:
             elapsed = (time.perf_counter() - start) * 1000.0
@@ -403,6 +451,17 @@ class _Run:
             return (name, type(stage).kind, type(stage), cache_key(stage.params()), input_keys, self.corpus_key)
         except UnkeyableError:  # a parameter too deep to key: run the stage, never guess
             return None
+
+
+def _returned_input(stage: Stage, kwargs: Mapping[str, Any], live: Mapping[str, int], output: Any) -> bool:
+    """Whether ``output`` is the very input the stage declares it passes through (``Stage.passes_through``)."""
+    port = stage.passes_through(live)
+    if port is None or port not in kwargs:
+        return False
+    value = kwargs[port]
+    if isinstance(value, dict):
+        return len(value) == 1 and next(iter(value.values())) is output
+    return value is output
 
 
 def _as_planned(outputs: Mapping[str, Any], step: Step) -> bool:

@@ -82,6 +82,37 @@ class _RecipeLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        # PyYAML keeps the last of two equal keys without a word (k: 10, then k: 11 -> 11); TOML refuses
+        # them, and so do recipes in YAML, at every level (every mapping is constructed here)
+        if isinstance(node, yaml.MappingNode):
+            self._refuse_duplicate_keys(node)
+        return super().construct_mapping(node, deep=deep)
+
+    def _refuse_duplicate_keys(self, node: yaml.MappingNode) -> None:
+        seen: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<: {...}``: its keys may be overridden, by YAML's rule
+                merged = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                for part in merged:
+                    if isinstance(part, yaml.MappingNode):
+                        self._refuse_duplicate_keys(part)
+                continue
+            if not isinstance(key_node, yaml.ScalarNode):
+                continue  # a list or mapping as a key: the safe constructor refuses it as unhashable
+            key = self.construct_object(key_node)
+            line = key_node.start_mark.line + 1
+            try:
+                first = seen.get(key)
+            except TypeError:  # unhashable: the safe constructor says so
+                continue
+            if first is None:
+                seen[key] = line
+            else:
+                raise RecipeError(f"{self.recipe_source} line {line}: the key {key!r} appears twice in one mapping "
+                                  f"(first at line {first}); YAML would keep only the last value — remove one",
+                                  source=self.recipe_source)
+
 
 def read_yaml(text: str, source: str) -> Mapping[str, Any]:
     """The mapping of YAML ``text`` (a safe loader: YAML can never build Python objects here)."""

@@ -2,20 +2,38 @@
 
 Every field of a file is checked before it is used (a malformed or hostile file is a
 :class:`~irflow.errors.TraceError` naming the file, the line and the field), and sizes are
-bounded before anything is allocated.
+bounded before anything is allocated: loading a file and rendering the loaded trace back
+cost a small multiple of the file's size, whatever it says (the rules are in
+:mod:`irflow.engine.tracecheck`: no column filled in for a candidate that lacks it, one
+value per stage field on every line of the stage, one identity per row).
 
 JSON Lines schema (``Trace.dump``; ``format_version`` 1).  Line 1 is the header::
 
     {"type": "header", "format": "irflow-trace", "format_version": 1,
      "recipe": "hybrid", "recipe_source": "recipes/hybrid.toml", "recipe_dict": {...},
      "params": {...resolved recipe parameters...}, "queries": ["q0", "q1"],
-     "corpus": "name" | null, "n_rows": 40 | null, "irflow_version": "0.1.0",
-     "stages": ["candidates", "dense", ...]}
+     "corpus": "name" | null, "n_rows": 40 | null,
+     "embedder": "onnx:all-MiniLM-L6-v2" | "none" | null, "analyzer": "english" | null,
+     "irflow_version": "0.2.0",
+     "stages": ["candidates", "dense", ...],
+     "short": [{"query_index": 0, "query": "q0", "got": 4, "k": 5, "per_artifact": true,
+                "fetch_k": 50, "needed": 73, "gives": 5, "reason": "depth", "message": "..."}],
+     "excerpts": {"<row>": "the record's text, cut to 160 characters", ...}}
+
+(``short``: the queries that got fewer than ``k`` hits while more may match,
+:class:`~irflow.engine.shortfall.Shortfall`; absent in older files.)
+``excerpts`` holds once per record (by corpus row) the start of its text, which
+tables show beside the record id; a file written before excerpts existed has
+none and loads the same (its tables show the ids alone).
+
+``embedder`` and ``analyzer`` name what the corpus ranked with (its
+:class:`~irflow.store.protocol.CorpusSettings`); files written before they
+existed load with both None.
 
 then one line per (stage, original query), stages in execution order::
 
     {"type": "stage", "stage": "fuse", "kind": "fuse", "query": "q0", "query_index": 0,
-     "status": "ran" | "cached" | "override" | "inactive",
+     "status": "ran" | "passed" | "cached" | "override" | "inactive",   # passed: an input unchanged
      "elapsed_ms": 0.4,                  # the stage's time for the whole batch (it runs once)
      "params": {...},                    # JSON-safe: callables as "<module.name>", numpy as lists
      "ports": {"inputs": ["dense", "lexical"]},
@@ -39,20 +57,21 @@ from __future__ import annotations
 
 import json
 import os
-import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 import numpy as np
 
-from irflow.engine.batches import Candidates, QueryBatch, Scale
+from irflow.engine.batches import Candidates, QueryBatch
 from irflow.engine.events import INACTIVE, StageEvent
-from irflow.engine.validators import is_finite
+from irflow.engine.tracecheck import MAX_STRING_ITEMSIZE, check_excerpts, check_header, check_identity, \
+    check_same_as_first, check_stage_line, column_dtype
+from irflow.engine.shortfall import Shortfall
 from irflow.engine.values import Summary, json_float, jsonable
 from irflow.errors import TraceError, TraceFileNotFound
-from irflow.util.fileio import MAX_NESTING, check_nesting, decode_utf8, open_regular, read_lines, shown, \
-    too_many_digits
+from irflow.util.fileio import MAX_NESTING, decode_utf8, open_regular, read_lines, shown, too_many_digits
+from irflow.util.unicode import json_text
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "MAX_TRACE_BYTES", "MAX_STRING_ITEMSIZE", "MAX_COLUMN_BYTES", "render",
            "candidate_dicts", "query_positions", "json_line", "read_trace_file", "parse_trace_records", "ParsedTrace"]
@@ -65,18 +84,9 @@ FORMAT_VERSION = 1
 
 #: The largest trace file :meth:`Trace.load` reads (its lines are held in memory): 1 GiB.
 MAX_TRACE_BYTES = 1 << 30
-#: The widest fixed-width string provenance column a trace file may declare (``"<U1024"``, ``"|S1024"``).
-MAX_STRING_ITEMSIZE = 1024
 #: The most memory one provenance column of a loaded trace may take: 256 MiB.
 MAX_COLUMN_BYTES = 256 << 20
-#: Rows, ranks and query indexes read from a trace are below this (numpy int64 holds them).
-_MAX_INDEX = 1 << 62
 
-# the dtypes Trace.dump writes for provenance columns (numpy's dtype.str): bool, ints, floats, object,
-# fixed-width strings; anything else in a file (void, datetime, structured, "<U5000000"...) is refused
-_DTYPE = re.compile(r"^[<>|=]?(?:b1|[iu][1248]|f[248]|O|[US]([1-9][0-9]{0,9}))\Z")
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_SCALES = tuple(scale.value for scale in Scale)
 
 
 def _encode_column(column: np.ndarray) -> list[Any]:
@@ -90,7 +100,7 @@ def _encode_column(column: np.ndarray) -> list[Any]:
 
 def _decode_column(values: Sequence[Any], dtype: str, name: str = "score") -> np.ndarray:
     """A column of a loaded trace; TraceError for a dtype off the allow-list or a value it cannot hold."""
-    dt = _column_dtype(dtype, name)
+    dt = column_dtype(dtype, name)
     if dt.itemsize * len(values) > MAX_COLUMN_BYTES:
         raise TraceError(f"column {name!r} ({dtype}) of {len(values)} entries would take "
                          f"{dt.itemsize * len(values)} bytes, over the limit of {MAX_COLUMN_BYTES}")
@@ -110,19 +120,6 @@ def _decode_column(values: Sequence[Any], dtype: str, name: str = "score") -> np
         raise TraceError(f"column {name!r} ({dtype}) holds a value it cannot ({error})") from None
 
 
-def _column_dtype(dtype: Any, name: str) -> np.dtype:
-    match = _DTYPE.match(dtype) if isinstance(dtype, str) else None
-    if match is None:
-        raise TraceError(f"column {name!r} has dtype {dtype!r}, not one a trace holds (bool, int, uint, float, "
-                         f"object, or a string of at most {MAX_STRING_ITEMSIZE} characters)")
-    if match.group(1) is not None and int(match.group(1)) > MAX_STRING_ITEMSIZE:
-        raise TraceError(f"column {name!r} has dtype {dtype!r}: strings of {match.group(1)} characters, over the "
-                         f"limit of {MAX_STRING_ITEMSIZE}")
-    checked: np.dtype[Any] = np.dtype(dtype)
-    return checked
-
-
-# --------------------------------------------------------------------------
 # rendering one value for one original query
 
 
@@ -153,7 +150,7 @@ def candidate_dicts(cands: Candidates, positions: np.ndarray, ident: Identify) -
 def render(value: Any, query: int, ident: Identify) -> dict[str, Any]:
     """One stage input or output, for one original query, as JSON data (``"type"`` says what it is)."""
     if isinstance(value, Summary):
-        return {"type": value.type, **value.fields}
+        return {"type": value.type, **value.of_query(query)}
     if value is INACTIVE:
         return {"type": "inactive"}
     if isinstance(value, Candidates):
@@ -190,7 +187,10 @@ def _restore(parts: Sequence[Mapping[str, Any]], originals: tuple[str, ...]) -> 
             return QueryBatch(batch["texts"], batch["origin"], originals)
         return QueryBatch(originals)
     if kind != "candidates":
-        return Summary(str(kind), {k: v for k, v in first.items() if k != "type"})
+        fields = [{k: v for k, v in part.items() if k != "type"} for part in parts]
+        # a mask says the same on every query's line; hits differ per query: each line keeps its own
+        same = all(f == fields[0] for f in fields)
+        return Summary(str(kind), fields[0], () if same else tuple(fields))
     batch_data = first.get("batch")
     queries = (QueryBatch(batch_data["texts"], batch_data["origin"], originals) if batch_data
                else QueryBatch(originals))
@@ -250,12 +250,15 @@ def read_trace_file(path: str | os.PathLike[str], *, max_bytes: int = MAX_TRACE_
 
 @attrs.frozen
 class ParsedTrace:
-    """What a trace's records hold: the header, the original queries, each row's identity, the stage events."""
+    """What a trace's records hold: the header, the original queries, each row's identity, the stage events,
+    and the rows' text excerpts (none in a file written before they existed)."""
 
     header: dict[str, Any]
     originals: tuple[str, ...]
     rows: dict[int, tuple[str, str, str]]
     events: list[StageEvent]
+    short: tuple[Shortfall, ...] = ()
+    excerpts: dict[int, str] = attrs.field(factory=dict)
 
 
 def parse_trace_records(records: Iterable[Mapping[str, Any]], *, source: str = "<records>",
@@ -277,9 +280,10 @@ def parse_trace_records(records: Iterable[Mapping[str, Any]], *, source: str = "
     if version != FORMAT_VERSION:
         raise TraceError(f"{source}: trace format version {version!r}; this irflow reads version "
                          f"{FORMAT_VERSION} (re-run with --trace to write a new one)")
-    _check_header(header, f"{source}:{numbers[0]}")
+    check_header(header, f"{source}:{numbers[0]}")
     originals = tuple(header.get("queries") or ())
-    by_stage: dict[str, list[Mapping[str, Any]]] = {}
+    short = _shortfalls(header.get("short"), len(originals), f"{source}:{numbers[0]}")
+    by_stage: dict[str, list[tuple[int, Mapping[str, Any]]]] = {}
     rows: dict[int, tuple[str, str, str]] = {}
     events: list[StageEvent] = []
     where = source
@@ -288,33 +292,64 @@ def parse_trace_records(records: Iterable[Mapping[str, Any]], *, source: str = "
             where = f"{source}:{number}"
             if not isinstance(line, Mapping) or line.get("type") != "stage" or "stage" not in line:
                 raise TraceError(f"{where}: expected a stage line {{\"type\": \"stage\", ...}}")
-            _check_stage_line(line, len(originals))
-            by_stage.setdefault(line["stage"], []).append(line)
-            for candidate in _all_candidates(line):
-                rows[int(candidate["row"])] = (candidate["record_id"], candidate["artifact_id"],
-                                               candidate["surface_kind"])
-        for name, lines in by_stage.items():
+            check_stage_line(line, len(originals))
+            check_identity(line, rows)
+            by_stage.setdefault(line["stage"], []).append((number, line))
+        for name, numbered in by_stage.items():
             where = f"{source}: stage {name!r}"
-            lines = sorted(lines, key=lambda line: line["query_index"])
-            if [line["query_index"] for line in lines] != list(range(len(originals))):
+            numbered.sort(key=lambda item: item[1]["query_index"])
+            if [line["query_index"] for _, line in numbered] != list(range(len(originals))):
                 raise TraceError(f"needs one line per query (query_index 0..{len(originals) - 1}), got "
-                                 f"{[line['query_index'] for line in lines]}")
-            events.append(event_from_lines(name, lines, originals))
+                                 f"{[line['query_index'] for _, line in numbered]}")
+            first_number, first = numbered[0]
+            for number, line in numbered:
+                where = f"{source}:{number}"
+                check_same_as_first(line, first, first_number, originals)
+            where = f"{source}: stage {name!r}"
+            events.append(event_from_lines(name, [line for _, line in numbered], originals))
     except TraceError as error:
         raise TraceError(f"{where}: a stage line is malformed: {error}; the file was not written by "
                          "Trace.dump, or was edited") from None
     except (KeyError, TypeError, ValueError, IndexError, OverflowError) as error:
         raise TraceError(f"{where}: a stage line is malformed ({type(error).__name__}: {error}); "
                          "the file was not written by Trace.dump, or was edited") from None
-    return ParsedTrace(header, originals, rows, events)
+    try:
+        excerpts = check_excerpts(header.get("excerpts"), rows)
+    except TraceError as error:
+        raise TraceError(f"{source}:{numbers[0]}: the header is malformed: {error}; the file was not written by "
+                         "Trace.dump, or was edited") from None
+    return ParsedTrace(header, originals, rows, events, short, excerpts)
+
+
+def _shortfalls(entries: Any, n_queries: int, where: str) -> tuple[Shortfall, ...]:
+    """The header's ``short`` entries (absent: none), each checked; TraceError naming a bad one."""
+    if entries is None:
+        return ()
+    if not isinstance(entries, list) or len(entries) > n_queries:
+        raise TraceError(f"{where}: the header is malformed: field 'short' is {shown(entries)}, expected a list "
+                         f"of at most one entry per query ({n_queries})")
+    out = []
+    for i, entry in enumerate(entries):
+        try:
+            if not isinstance(entry, Mapping):
+                raise TypeError(f"expected an object, got {shown(entry)}")
+            note = Shortfall.from_dict(entry)
+            if note.query_index >= n_queries:
+                raise ValueError(f"query_index {note.query_index} is not one of the {n_queries} queries")
+        except (TypeError, ValueError) as error:
+            raise TraceError(f"{where}: the header is malformed: short[{i}]: {error}; the file was not written "
+                             "by Trace.dump, or was edited") from None
+        out.append(note)
+    return tuple(out)
 
 
 def event_from_lines(name: str, lines: Sequence[Mapping[str, Any]], originals: tuple[str, ...]) -> StageEvent:
     """One stage's event rebuilt from its lines (one per query, in query order)."""
     first = lines[0]
-    parts = [{"type": line["output_type"], "scale": line.get("scale"), "active": line.get("active", True),
-              "count": line.get("count"), "columns": line.get("columns", {}), "batch": line.get("batch"),
-              "candidates": line.get("candidates", []), **line.get("output", {})} for line in lines]
+    # the checked fields of a line win over what its free-form "output" says (Trace.dump never writes them twice)
+    parts = [{**line.get("output", {}), "type": line["output_type"], "scale": line.get("scale"),
+              "active": line.get("active", True), "count": line.get("count"), "columns": line.get("columns", {}),
+              "batch": line.get("batch"), "candidates": line.get("candidates", [])} for line in lines]
     if parts[0]["type"] != "candidates":
         # a mask, queries or hits line: keep what it said (texts, batch, size...), not the empty
         # candidate fields every line carries
@@ -328,154 +363,5 @@ def event_from_lines(name: str, lines: Sequence[Mapping[str, Any]], originals: t
 
 def json_line(record: Mapping[str, Any]) -> bytes:
     """One trace line as UTF-8 bytes; any ``str`` welcome."""
-    text = json.dumps(record, ensure_ascii=False, allow_nan=False)
-    if _SURROGATE.search(text) is not None:
-        # a lone surrogate cannot be encoded as UTF-8; in JSON its \\uXXXX escape is the same string
-        # (surrogates only occur inside JSON strings: every other character json.dumps writes is ASCII)
-        text = _SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
-    return (text + "\n").encode("utf-8")
-
-
-# --------------------------------------------------------------------------
-# checking a loaded trace's fields before using them (each raises TraceError naming the field)
-
-
-def _is_int(value: Any, low: int = 0, high: int = _MAX_INDEX) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value < high
-
-
-def _need(ok: bool, field: str, value: Any, expected: str) -> None:
-    if not ok:
-        raise TraceError(f"field {field!r} is {shown(value)}, expected {expected}")
-
-
-def _is_text(value: Any, optional: bool = True) -> bool:
-    return isinstance(value, str) or (optional and value is None)
-
-
-def _is_score(value: Any) -> bool:
-    if value is None or isinstance(value, bool):
-        return value is None
-    if isinstance(value, str):
-        return value in ("inf", "-inf")
-    return isinstance(value, (int, float)) and is_finite(value)
-
-
-def _check_header(header: Mapping[str, Any], where: str) -> None:
-    try:
-        check_nesting(header, "the header", error=TraceError)  # kept whole (recipe_dict, params): bounded here
-        queries = header.get("queries")
-        _need(queries is None or (isinstance(queries, list) and all(isinstance(q, str) for q in queries)),
-              "queries", queries, "a list of query strings")
-        _need(header.get("params") is None or isinstance(header.get("params"), Mapping), "params",
-              header.get("params"), "an object")
-        for key in ("recipe", "corpus", "recipe_source"):
-            _need(_is_text(header.get(key)), key, header.get(key), "a string or null")
-        _need(header.get("n_rows") is None or _is_int(header.get("n_rows")), "n_rows", header.get("n_rows"),
-              "a row count or null")
-    except TraceError as error:
-        raise TraceError(f"{where}: the header is malformed: {error}; the file was not written by Trace.dump, "
-                         "or was edited") from None
-
-
-def _check_batch(batch: Any, field: str, n_queries: int) -> int:
-    """Check a reformulated batch ``{"texts", "origin"}``; its number of texts (0 when absent)."""
-    if batch is None:
-        return 0
-    _need(isinstance(batch, Mapping), field, batch, "an object {texts, origin} or null")
-    texts, origin = batch.get("texts"), batch.get("origin")
-    _need(isinstance(texts, list) and all(isinstance(t, str) for t in texts), f"{field}.texts", texts,
-          "a list of strings")
-    _need(isinstance(origin, list) and len(origin) == len(texts) and all(_is_int(o, 0, n_queries) for o in origin),
-          f"{field}.origin", origin, f"one original query index (0..{n_queries - 1}) per text")
-    return len(texts)
-
-
-def _check_candidates(part: Mapping[str, Any], field: str, n_queries: int) -> None:
-    """Check the candidate fields of one rendered value (a stage's output or one of its inputs)."""
-    scale = part.get("scale")
-    _need(scale is None or scale in _SCALES, f"{field}scale", scale, f"null or a scale: {', '.join(_SCALES)}")
-    _need(isinstance(part.get("active", True), bool), f"{field}active", part.get("active"), "true or false")
-    _need(part.get("count") is None or _is_int(part.get("count")), f"{field}count", part.get("count"),
-          "a count or null")
-    columns = part.get("columns", {})
-    _need(isinstance(columns, Mapping), f"{field}columns", columns, "an object {column: dtype}")
-    for name, dtype in columns.items():
-        _column_dtype(dtype, name)
-    n_texts = _check_batch(part.get("batch"), f"{field}batch", n_queries)
-    candidates = part.get("candidates", [])
-    _need(isinstance(candidates, list), f"{field}candidates", candidates, "a list of candidate objects")
-    # one pass per field over all candidates (a trace holds thousands): cheap generator checks, and the
-    # index of the first bad entry only when one is bad
-    if not all(type(c) is dict or isinstance(c, Mapping) for c in candidates):
-        _first_bad(candidates, lambda c: isinstance(c, Mapping), f"{field}candidates", "",
-                   "an object {record_id, artifact_id, surface_kind, row, score, rank}")
-    for key in ("record_id", "artifact_id", "surface_kind"):
-        values = [c.get(key) for c in candidates]
-        if not all(type(v) is str or v is None for v in values):
-            _first_bad(values, _is_text, f"{field}candidates", f".{key}", "a string or null")
-    for key, what in (("row", "a corpus row (an integer >= 0)"), ("rank", "a rank (an integer >= 0)")):
-        values = [c.get(key) for c in candidates]
-        if not all(type(v) is int and 0 <= v < _MAX_INDEX for v in values):
-            _first_bad(values, _is_int, f"{field}candidates", f".{key}", what)
-    values = [c.get("score") for c in candidates]
-    if not all(type(v) is float and v - v == 0.0 for v in values):  # finite floats: the common case, fast
-        _first_bad(values, _is_score, f"{field}candidates", ".score", 'a number, null, "inf" or "-inf"')
-    values = [c.get("provenance", {}) for c in candidates]
-    if not all(type(v) is dict or isinstance(v, Mapping) for v in values):
-        _first_bad(values, lambda v: isinstance(v, Mapping), f"{field}candidates", ".provenance",
-                   "an object {column: value}")
-    objects = [name for name, dtype in columns.items() if _column_dtype(dtype, name).kind == "O"]
-    if objects:  # an object column keeps its values as they are: bound their nesting
-        check_nesting([[v.get(name) for name in objects] for v in values], f"{field}candidates[*].provenance",
-                      error=TraceError)
-    subqueries = [c["subquery"] for c in candidates if "subquery" in c]
-    if subqueries and not all(_is_int(v, 0, max(n_texts, 1)) for v in subqueries):
-        _first_bad([c.get("subquery", 0) for c in candidates], lambda v: _is_int(v, 0, max(n_texts, 1)),
-                   f"{field}candidates", ".subquery", "an index into the batch's texts")
-
-
-def _first_bad(values: Sequence[Any], ok: Any, field: str, key: str, expected: str) -> None:
-    """Raise the TraceError naming the first of ``values`` that is not ``ok``."""
-    for i, value in enumerate(values):
-        _need(ok(value), f"{field}[{i}]{key}", value, expected)
-
-
-def _check_stage_line(line: Mapping[str, Any], n_queries: int) -> None:
-    """Check every field of one stage line that loading reads (TraceError naming the field)."""
-    _need(isinstance(line["stage"], str), "stage", line["stage"], "a stage name")
-    _need(isinstance(line.get("kind"), str), "kind", line.get("kind"), "a stage kind")
-    _need(_is_int(line.get("query_index"), 0, max(n_queries, 0)), "query_index", line.get("query_index"),
-          f"a query index 0..{n_queries - 1} (the header lists {n_queries} queries)")
-    _need(isinstance(line.get("status", "ran"), str), "status", line.get("status"), "a status name")
-    _need(_is_score(line.get("elapsed_ms")), "elapsed_ms", line.get("elapsed_ms"), "a number of milliseconds")
-    _need(line.get("params") is None or isinstance(line.get("params"), Mapping), "params", line.get("params"),
-          "an object")
-    ports = line.get("ports") or {}
-    _need(isinstance(ports, Mapping) and all(isinstance(v, list) and all(isinstance(s, str) for s in v)
-                                             for v in ports.values()),
-          "ports", ports, "an object {port: [upstream names]}")
-    _need(isinstance(line.get("output_type"), str), "output_type", line.get("output_type"), "a type name")
-    _need(isinstance(line.get("output", {}), Mapping), "output", line.get("output"), "an object")
-    # the free-form fields a loaded trace keeps (and renders recursively): nesting bounded
-    check_nesting(line.get("params"), "params", error=TraceError)
-    check_nesting(line.get("output"), "output", error=TraceError)
-    _check_candidates(line, "", n_queries)
-    inputs = line.get("inputs", {})
-    _need(isinstance(inputs, Mapping), "inputs", inputs, "an object {upstream: value}")
-    for name, part in inputs.items():
-        _need(isinstance(part, Mapping) and isinstance(part.get("type"), str), f"inputs.{name}", part,
-              'an object with a "type"')
-        if part["type"] == "candidates":
-            _check_candidates(part, f"inputs.{name}.", n_queries)
-        else:  # kept as a Summary of these fields
-            check_nesting(part, f"inputs.{name}", error=TraceError)
-            if part["type"] == "queries":
-                _check_batch(part.get("batch"), f"inputs.{name}.batch", n_queries)
-
-
-def _all_candidates(line: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
-    yield from line.get("candidates", ())
-    for value in (line.get("inputs") or {}).values():
-        if isinstance(value, Mapping):
-            yield from value.get("candidates", ())
+    # a lone surrogate cannot be encoded as UTF-8; in JSON its \\uXXXX escape is the same string
+    return (json_text(record, allow_nan=False) + "\n").encode("utf-8")

@@ -8,6 +8,7 @@ defaults, the port bindings, the graph) is worked out once, on first use, by
 :class:`irflow.engine.facts.Facts`.  The checks, in the order their problems are reported:
 
 - structural problems found while parsing (missing kind, malformed inputs, ...);
+- text: a name, a description or a parameter value UTF-8 cannot encode;
 - recipe level: invalid or reserved parameter names, ``[choices]`` and
   ``[derived]`` tables;
 - per stage (:data:`STAGE_CHECKS`): invalid or reserved names, unknown kinds
@@ -40,6 +41,7 @@ from irflow.engine.ports import QUERY, PortType, fits, fitting_sources
 from irflow.engine.stage import Stage, stage_params
 from irflow.engine.validators import closest, did_you_mean, listing
 from irflow.errors import RecipeError
+from irflow.util.unicode import find_lone_surrogate, surrogate_reason
 
 __all__ = ["Analysis", "analyze", "validate_recipe", "CHECKS", "STAGE_CHECKS", "WIRING_CHECKS"]
 
@@ -71,6 +73,17 @@ class Analysis:
 def check_parse(facts: Facts) -> list[str]:
     """What parsing found (missing kinds, malformed tables...)."""
     return list(facts.recipe.parse_problems)
+
+
+def check_text(facts: Facts) -> list[str]:
+    """Strings UTF-8 cannot encode (a lone surrogate, e.g. from a YAML escape): one problem per table."""
+    problems = []
+    for table, value in facts.recipe.to_dict().items():
+        found = find_lone_surrogate(value, table)
+        if found is not None:
+            where, text, at = found
+            problems.append(f"{facts.src}: {where}: {surrogate_reason(text, at)}")
+    return problems
 
 
 def check_parameter_names(facts: Facts) -> list[str]:
@@ -322,7 +335,7 @@ WIRING_CHECKS: tuple[Callable[[Facts, str], list[str]], ...] = (check_input_type
 
 #: The checks of a recipe, ``(facts) -> problems``, in the order their problems are reported.
 CHECKS: tuple[Callable[[Facts], list[str]], ...] = (
-    check_parse, check_parameter_names, check_choices, check_derived, check_each_stage, check_wiring,
+    check_parse, check_text, check_parameter_names, check_choices, check_derived, check_each_stage, check_wiring,
     check_cycles, check_output, check_reachable, check_scales,
 )
 

@@ -61,11 +61,18 @@ def jsonable(value: Any) -> Any:
 class Summary:
     """What a loaded trace knows of a value that is not Candidates (a mask, hits): its rendered summary.
 
-    ``fields`` is the dumped dict of one query, e.g. ``{"type": "mask", "count": 40, "size": 40}``.
+    ``fields`` is the dumped dict of the first query, e.g. ``{"count": 40, "size": 40}`` for a mask;
+    ``by_query`` holds each query's when they differ (a hit list), and is empty when every query's
+    is ``fields`` (a mask is the same for the whole batch).
     """
 
     type: str
     fields: Mapping[str, Any] = attrs.field(factory=dict)
+    by_query: tuple[Mapping[str, Any], ...] = ()
+
+    def of_query(self, query: int) -> Mapping[str, Any]:
+        """The dumped dict of original query ``query``."""
+        return self.by_query[query] if self.by_query else self.fields
 
     @property
     def count(self) -> int | None:

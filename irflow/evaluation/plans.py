@@ -18,6 +18,7 @@ from irflow.engine.recipe import Recipe, load_recipe
 from irflow.evaluation.metrics import EvaluationError
 from irflow.evaluation.sweep import expand_sweep, run_signature, setting_label
 from irflow.util.cachekey import cache_key
+from irflow.util.unicode import check_text
 
 __all__ = ["Plan", "plan"]
 
@@ -36,6 +37,8 @@ def _recipe_params(recipe: Recipe) -> set[str]:
 def _named_recipes(recipes: Any) -> list[tuple[str | None, Recipe]]:
     """``[(label or None, Recipe)]`` from one recipe, a sequence, or a mapping label -> recipe."""
     if isinstance(recipes, Mapping):
+        for label in recipes:  # a label names a run file and a run tag: UTF-8 text, as every name
+            check_text(str(label), "a system label", error=EvaluationError)
         return [(str(label), load_recipe(r)) for label, r in recipes.items()]
     if isinstance(recipes, (str, os.PathLike, Recipe)):
         recipes = [recipes]

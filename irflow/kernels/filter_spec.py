@@ -20,6 +20,7 @@ import numpy as np
 
 from irflow.errors import FilterError
 from irflow.util.fileio import MAX_NESTING, check_nesting
+from irflow.util.unicode import check_value_text
 
 __all__ = ["FIELD_OPERATORS", "LOGICAL_OPERATORS", "normalize_filter"]
 
@@ -239,4 +240,6 @@ def normalize_filter(spec: Mapping[str, Any] | None) -> dict[str, Any]:
         )
     # validation recurses: bound the depth first (a filter nested 1,000 deep, or one holding itself)
     check_nesting(spec, "the filter", limit=MAX_NESTING, error=FilterError)
+    # field names and values are compared with metadata, which is UTF-8 text (irflow.util.unicode)
+    check_value_text(spec, "filter", error=FilterError)
     return _document(spec, "")

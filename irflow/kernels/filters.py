@@ -332,6 +332,7 @@ class CompiledFilter:
         """The rows (bool, shape (n_rows,)) the filter keeps."""
         if not isinstance(columns, MetadataColumns):
             raise TypeError(f"CompiledFilter.mask needs MetadataColumns, got {type(columns).__name__}")
+        columns.prepare(self.fields)  # many new paths: one walk indexing every field, not one walk each
         return self._plan.mask(columns)
 
 

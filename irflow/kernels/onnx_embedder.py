@@ -28,9 +28,10 @@ Texts are embedded in batches sorted by token count (little padding), each
 batch bounded by a token budget, and returned in the caller's order.  The
 attention mask makes every row independent of the others in its batch; the
 pooling sums each row over its own tokens only, so a text gets the same bits
-whatever batch it is in.  onnxruntime uses as many intra-op threads as this
-process may run on (``os.sched_getaffinity``); ``IRFLOW_ONNX_THREADS`` or
-``threads=`` overrides it.
+whatever batch it is in.  onnxruntime's intra-op threads, first found of:
+the embedder's ``threads=``, the block's :func:`irflow.util.threads.limit_threads`
+(the command line's ``--threads``), ``$IRFLOW_ONNX_THREADS``, the CPUs this
+process may run on (``os.sched_getaffinity``).
 
 >>> e = OnnxEmbedder("all-MiniLM-L6-v2")  # doctest: +SKIP
 >>> e(["rank_bm25 ranking library"], "document").shape  # doctest: +SKIP
@@ -44,6 +45,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import json
+import logging
 import os
 import threading
 from pathlib import Path
@@ -54,6 +56,9 @@ import numpy as np
 
 from irflow.errors import EmbedderError
 from irflow.util.extras import install_hint
+from irflow.util.fileio import loads_json, open_regular, read_text
+from irflow.util.threads import requested_threads
+from irflow.util.unicode import check_text
 
 __all__ = [
     "OnnxEmbedder",
@@ -61,7 +66,11 @@ __all__ = [
     "ONNX_EMBEDDER_VERSION",
     "pinned_model_available",
     "onnx_threads",
+    "MAX_TOKENIZER_BYTES",
+    "MAX_CONFIG_BYTES",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: The model the ``models`` extra installs; ``"onnx:" + PINNED_MODEL`` is the CLI's default embedder.
 PINNED_MODEL = "all-MiniLM-L6-v2"
@@ -95,9 +104,23 @@ _TOKEN_BUDGET = 512
 _MAX_BATCH = 64
 _DEFAULT_MAX_LENGTH = 512
 
+#: The largest tokenizer.json read (the largest published ones take tens of MB).
+MAX_TOKENIZER_BYTES = 64 << 20
+#: The largest model config file read (sentence_bert_config.json, 1_Pooling/config.json).
+MAX_CONFIG_BYTES = 1 << 20
+
+# what each message of a broken model folder says to do
+_MODEL_FIX = ("put the model's ONNX export there, copied whole (e.g. optimum-cli export onnx --model NAME FOLDER "
+              "writes model.onnx and tokenizer.json)")
+_TOKENIZER_FIX = "put the model's own tokenizer.json there (the file saved with the model, e.g. by save_pretrained)"
+_CONFIG_FIX = "restore the file the model came with, or remove it"
+
 
 def onnx_threads() -> int:
-    """onnxruntime's intra-op threads: ``$IRFLOW_ONNX_THREADS``, else the CPUs this process may use."""
+    """onnxruntime's intra-op threads: ``limit_threads``' (``--threads``), ``$IRFLOW_ONNX_THREADS``, the CPUs here."""
+    requested = requested_threads()
+    if requested is not None:
+        return requested
     raw = os.environ.get("IRFLOW_ONNX_THREADS", "").strip()
     if raw:
         try:
@@ -198,15 +221,58 @@ def _pinned_files() -> _Files:
     return _Files(model, tokenizer, _PINNED_MAX_LENGTH, weights_sha, _PINNED_TOKENIZER_SHA256)
 
 
+def _detail(exc: BaseException) -> str:
+    """A library's message on one line, cut to about 200 characters (onnxruntime's span many)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def _regular_file(path: Path, what: str, fix: str) -> bool:
+    """True when ``path`` is a regular file, False when nothing is there; EmbedderError when something else is."""
+    if not os.path.lexists(path):
+        return False
+    try:
+        open_regular(path, what, error=EmbedderError).close()  # a directory, a FIFO, a device, unreadable
+    except EmbedderError as exc:
+        raise EmbedderError(f"{exc}; {fix}") from None
+    return True
+
+
+def _read_json(path: Path, what: str, fix: str, *, max_bytes: int) -> dict[str, Any]:
+    """The JSON object of a model's file: bounded in size and nesting, an EmbedderError naming it and ``fix`` else."""
+
+    def refuse(message: str) -> EmbedderError:
+        return EmbedderError(f"{message}; {fix}")
+
+    text = read_text(path, what, max_bytes=max_bytes, error=refuse)
+    try:
+        data = loads_json(text, f"{path}: the {what}", error=refuse, fix="a model's files nest a few levels")
+    except json.JSONDecodeError as exc:
+        raise refuse(f"{path}: the {what} is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise refuse(f"{path}: the {what} must be a JSON object, but it holds {_json_type(data)}")
+    return data
+
+
+def _json_type(value: Any) -> str:
+    return {list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(type(value), "a number")
+
+
 def _max_length(folder: Path, tokenizer: Path) -> int:
-    """The model's maximum sequence length, read from the files sentence-transformers reads."""
+    """The model's maximum sequence length, read from the files sentence-transformers reads.
+
+    The tokenizer file is checked whichever file gives the length: the
+    tokenizers library reads it next, and says less about what is wrong.
+    """
+    truncation = _read_json(tokenizer, "tokenizer file", _TOKENIZER_FIX,
+                            max_bytes=MAX_TOKENIZER_BYTES).get("truncation") or {}
     st_config = folder / "sentence_bert_config.json"
-    if st_config.is_file():
-        value = json.loads(st_config.read_text(encoding="utf-8")).get("max_seq_length")
+    if _regular_file(st_config, "sentence-transformers config", _CONFIG_FIX):
+        value = _read_json(st_config, "sentence-transformers config", _CONFIG_FIX,
+                           max_bytes=MAX_CONFIG_BYTES).get("max_seq_length")
         if isinstance(value, int) and value > 0:
             return value
-    truncation = json.loads(tokenizer.read_text(encoding="utf-8")).get("truncation") or {}
-    value = truncation.get("max_length")
+    value = truncation.get("max_length") if isinstance(truncation, dict) else None
     return value if isinstance(value, int) and value > 0 else _DEFAULT_MAX_LENGTH
 
 
@@ -214,9 +280,9 @@ def _path_files(location: str) -> _Files:
     path = Path(location).expanduser()
     if path.is_dir():
         candidates = [path / "model.onnx", path / "onnx" / "model.onnx"]
-        model = next((c for c in candidates if c.is_file()), None)
+        model = next((c for c in candidates if _regular_file(c, "ONNX model", _MODEL_FIX)), None)
         folder = path
-    elif path.is_file() and path.suffix == ".onnx":
+    elif path.suffix == ".onnx" and _regular_file(path, "ONNX model", _MODEL_FIX):
         model, folder = path, path.parent
     else:
         model, folder = None, path
@@ -226,11 +292,13 @@ def _path_files(location: str) -> _Files:
             f"a directory holding model.onnx (or onnx/model.onnx) and tokenizer.json, or a .onnx file with "
             f"tokenizer.json beside it; models are never downloaded"
         )
-    tokenizer = next((t for t in (folder / "tokenizer.json", folder.parent / "tokenizer.json") if t.is_file()), None)
+    tokenizer = next((t for t in (folder / "tokenizer.json", folder.parent / "tokenizer.json")
+                      if _regular_file(t, "tokenizer file", _TOKENIZER_FIX)), None)
     if tokenizer is None:
         raise EmbedderError(f"no tokenizer.json beside the ONNX model {model}; put the model's tokenizer.json there")
     pooling = folder / "1_Pooling" / "config.json"
-    if pooling.is_file() and not json.loads(pooling.read_text(encoding="utf-8")).get("pooling_mode_mean_tokens", True):
+    if _regular_file(pooling, "pooling config", _CONFIG_FIX) and not _read_json(
+            pooling, "pooling config", _CONFIG_FIX, max_bytes=MAX_CONFIG_BYTES).get("pooling_mode_mean_tokens", True):
         raise EmbedderError(f"{pooling} asks for a pooling other than the mean; the onnx embedder pools by the mean only")
     return _Files(model, tokenizer, _max_length(folder, tokenizer), _sha256(model), _sha256(tokenizer))
 
@@ -293,12 +361,16 @@ class OnnxEmbedder:
             if "session" not in self._state:
                 ort = _import("onnxruntime")
                 tokenizers = _import("tokenizers")
-                tokenizer = tokenizers.Tokenizer.from_file(str(files.tokenizer))
+                try:
+                    tokenizer = tokenizers.Tokenizer.from_file(str(files.tokenizer))
+                except Exception as exc:  # noqa: BLE001 — tokenizers raises a bare Exception ("Model missing")
+                    raise EmbedderError(f"{files.tokenizer}: the tokenizers library cannot read this tokenizer file "
+                                        f"({_detail(exc)}); {_TOKENIZER_FIX}") from exc
                 # the file's own truncation (128 for all-MiniLM-L6-v2) is not the model's: 256 is
                 tokenizer.enable_truncation(max_length=self.max_length or files.max_length)
                 tokenizer.no_padding()  # padded here, per length-sorted batch
                 options = ort.SessionOptions()
-                options.intra_op_num_threads = self.threads or onnx_threads()
+                options.intra_op_num_threads = threads = self.threads or onnx_threads()
                 options.inter_op_num_threads = 1
                 options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
                 options.log_severity_level = 3
@@ -308,21 +380,26 @@ class OnnxEmbedder:
                     session = ort.InferenceSession(str(files.model), sess_options=options,
                                                    providers=["CPUExecutionProvider"])
                 except Exception as exc:  # noqa: BLE001 — onnxruntime raises its own types
-                    raise EmbedderError(f"onnxruntime cannot load {files.model}: {exc}") from exc
+                    raise EmbedderError(f"{files.model}: onnxruntime cannot load this ONNX model ({_detail(exc)}); "
+                                        f"{_MODEL_FIX}") from exc
                 names = frozenset(i.name for i in session.get_inputs())
                 if not {"input_ids", "attention_mask"} <= names:
                     raise EmbedderError(
                         f"{files.model} takes inputs {sorted(names)}; a sentence-embedding model takes "
-                        f"input_ids and attention_mask (and optionally token_type_ids)"
+                        f"input_ids and attention_mask (and optionally token_type_ids): {_MODEL_FIX}"
                     )
                 self._state["session"] = (tokenizer, session, names)
+                logger.info("loaded %s on onnxruntime: %d intra-op threads", files.model, threads)
             loaded: tuple[Any, Any, frozenset[str]] = self._state["session"]
             return loaded
 
     def __call__(self, texts: Sequence[str], kind: str = "document") -> np.ndarray:
         """Float32 (n, dim) unit rows, in the order of ``texts``."""
+        texts = list(texts)
+        for i, text in enumerate(texts):  # the tokenizer takes valid Unicode only (a TypeError deep in it otherwise)
+            check_text(text, f"the ONNX embedder: item {i}", error=EmbedderError)
         tokenizer, session, names = self.load()
-        encodings = tokenizer.encode_batch(list(texts))
+        encodings = tokenizer.encode_batch(texts)
         ids = [np.asarray(e.ids, dtype=np.int64) for e in encodings]
         lengths = np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
         order = np.argsort(lengths, kind="stable")
@@ -335,7 +412,7 @@ class OnnxEmbedder:
                    and int(lengths[order[stop]]) * (stop + 1 - start) <= _TOKEN_BUDGET):
                 stop += 1
             rows = order[start:stop]
-            pooled = self._run(session, names, [ids[r] for r in rows])
+            pooled = self._run(session, names, [ids[r] for r in rows], self._files().model)
             if out is None:
                 out = np.empty((len(ids), pooled.shape[1]), dtype=np.float32)
             out[rows] = pooled
@@ -348,8 +425,8 @@ class OnnxEmbedder:
         return unit
 
     @staticmethod
-    def _run(session: Any, names: frozenset[str], batch: list[np.ndarray]) -> np.ndarray:
-        """Mean-pooled (b, dim) float32 vectors of one batch of token id arrays."""
+    def _run(session: Any, names: frozenset[str], batch: list[np.ndarray], model: Path) -> np.ndarray:
+        """Mean-pooled (b, dim) float32 vectors of one batch of token id arrays (``model``: for messages)."""
         width = max(len(row) for row in batch)
         input_ids = np.zeros((len(batch), width), dtype=np.int64)
         mask = np.zeros((len(batch), width), dtype=np.int64)
@@ -359,7 +436,15 @@ class OnnxEmbedder:
         feeds = {"input_ids": input_ids, "attention_mask": mask}
         if "token_type_ids" in names:
             feeds["token_type_ids"] = np.zeros_like(input_ids)
-        hidden = np.asarray(session.run(None, feeds)[0])
+        try:
+            hidden = np.asarray(session.run(None, feeds)[0])
+        except Exception as exc:  # noqa: BLE001 — onnxruntime raises its own types
+            raise EmbedderError(f"{model}: onnxruntime cannot run this model on tokenized text ({_detail(exc)}); "
+                                f"{_MODEL_FIX}") from exc
+        if (hidden.ndim not in (2, 3) or hidden.shape[0] != len(batch) or hidden.shape[-1] == 0
+                or (hidden.ndim == 3 and hidden.shape[1] != width)):
+            raise EmbedderError(f"{model} outputs shape {hidden.shape} for {len(batch)} texts; a sentence-embedding "
+                                f"model outputs (texts, tokens, dim) or (texts, dim): {_MODEL_FIX}")
         if hidden.ndim == 2:  # the export pools already
             return hidden.astype(np.float32)
         # each row summed over its own tokens only, so padding never changes its bits

@@ -38,6 +38,7 @@ import numpy as np
 
 from irflow.errors import CorpusError
 from irflow.kernels.postings_build import build_arrays
+from irflow.kernels.postings_checks import cross_problems, length_problems, order_problems, value_problems
 
 __all__ = ["Postings", "ARRAY_NAMES"]
 
@@ -129,6 +130,26 @@ class Postings:
     derived: _Cache = attrs.field(init=False, factory=lambda: _Cache(4), repr=False)
     # Digests of masks that never change (see remember_mask), by identity.
     known_masks: _Cache = attrs.field(init=False, factory=lambda: _Cache(64), repr=False)
+    # Read from files (from_arrays): how messages name the arrays, until the exact cross-checks have run
+    # (check_pending, on first scoring); None for an index built here, which holds by construction.
+    _pending: Callable[[str], str] | None = attrs.field(default=None, kw_only=True, alias="pending", repr=False)
+
+    def check_pending(self) -> None:
+        """Run the exact cross-checks of an index read from files, once (see :mod:`.postings_checks`).
+
+        CorpusError, naming the arrays, on every call when they fail; called
+        by BM25 before it scores or counts (a pass with random access over
+        every posting, which opening a corpus does not pay).
+        """
+        label = self._pending
+        if label is None:
+            return
+        problems: list[str] = self.derived.get_or_make("cross-checks", lambda: cross_problems(
+            self.term_offsets, self.post_rows, self.post_tfs, self.doc_lengths, self.row_offsets, self.row_terms,
+            label))
+        if problems:
+            raise CorpusError("inconsistent postings arrays: " + "; ".join(problems) + "; the corpus is damaged — "
+                              "rebuild it")
 
     @property
     def n_rows(self) -> int:
@@ -259,7 +280,7 @@ class Postings:
         [1, 2]
         """
         vocab, arrays = build_arrays(token_lists, second_phase=second_phase)
-        return cls(vocab=vocab, **arrays)
+        return cls(vocab, *(arrays[name] for name in ARRAY_NAMES))
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The index as plain numpy arrays (names in ``ARRAY_NAMES``), for ``np.save``."""
@@ -272,9 +293,11 @@ class Postings:
 
         Arrays are used as given (memory-mapped arrays stay memory-mapped).
         Shapes and offsets are checked in constant time per array, then the
-        values scoring relies on in one vectorized pass per array (see
-        :func:`_check_values`): a file whose checksums were recomputed after
-        tampering must fail here, not rank wrongly or raise IndexError later.
+        values scoring relies on and their consistency in one vectorized pass
+        per array (:mod:`.postings_checks`): a file whose checksums were
+        recomputed after tampering must fail here, not rank wrongly or raise
+        IndexError later.  The exact row-by-row cross-checks run on first
+        scoring (:meth:`check_pending`).
         ``n_rows`` (when known) is the number of rows ``doc_lengths`` must
         cover.  A problem raises ``CorpusError`` naming the array as
         ``label(name)`` (a corpus names its file).  The row-major arrays may
@@ -309,63 +332,19 @@ class Postings:
                 problems.append(f"{label('row_offsets')} must run from 0 to the number of postings ({row_terms.size})")
         if problems:
             raise CorpusError("inconsistent postings arrays: " + "; ".join(problems))
-        problems = _check_values(term_offsets, post_rows, post_tfs, doc_lengths, label)
-        if has_row_major:
-            problems += _check_values_row_major(row_offsets, row_terms, len(terms), label)
+        problems = value_problems(term_offsets, post_rows, post_tfs, doc_lengths, row_offsets if has_row_major else None,
+                                  row_terms if has_row_major else None, len(terms), label)
         if problems:
             raise CorpusError("invalid postings arrays: " + "; ".join(problems))
         if not has_row_major:
             post_terms = np.repeat(np.arange(len(terms), dtype=np.int64), np.diff(term_offsets))
             row_offsets, row_terms = _row_major(post_terms, post_rows, doc_lengths.size, len(terms))
+        problems = (order_problems(term_offsets, post_rows, row_offsets, row_terms, terms, label)
+                    + length_problems(doc_lengths, post_tfs, row_offsets, label))
+        if problems:
+            raise CorpusError("inconsistent postings arrays: " + "; ".join(problems))
         return cls(vocab=vocab, term_offsets=term_offsets, post_rows=post_rows, post_tfs=post_tfs,
-                   doc_lengths=doc_lengths, row_offsets=row_offsets, row_terms=row_terms)
-
-
-def _outside(values: np.ndarray, bound: int) -> bool:
-    """True when some value is not in ``0 .. bound - 1``: one pass (a signed array is read as unsigned, so
-    negatives become huge and one ``max`` checks both ends)."""
-    if values.size == 0:
-        return False
-    if values.dtype.kind == "i":
-        values = values.view(values.dtype.str.replace("i", "u"))
-    return int(values.max()) >= bound
-
-
-def _decreasing(offsets: np.ndarray) -> bool:
-    return bool(offsets.size > 1 and (np.diff(offsets) < 0).any())
-
-
-def _check_values(term_offsets: np.ndarray, post_rows: np.ndarray, post_tfs: np.ndarray,
-                  doc_lengths: np.ndarray, label: Callable[[str], str]) -> list[str]:
-    """What the term-major arrays must hold: ordered offsets, rows in range, positive tfs, lengths >= 0.
-
-    One pass over each array (a max, a min, a diff of the offsets); the big
-    ones (``post_rows``, ``post_tfs``) are read, never copied.
-    """
-    problems = []
-    if _decreasing(term_offsets):
-        problems.append(f"{label('term_offsets')} decrease somewhere (they must be ordered)")
-    if _outside(post_rows, doc_lengths.size):
-        problems.append(f"{label('post_rows')} holds rows outside 0..{doc_lengths.size - 1}")
-    if post_tfs.size:
-        if post_tfs.dtype.kind == "f":
-            if not bool((post_tfs > 0).all()) or not np.isfinite(post_tfs.max()):
-                problems.append(f"{label('post_tfs')} holds a term frequency that is not a positive finite number")
-        elif post_tfs.min() < 1:
-            problems.append(f"{label('post_tfs')} holds a term frequency below 1")
-    if doc_lengths.size and doc_lengths.min() < 0:
-        problems.append(f"{label('doc_lengths')} holds a negative length")
-    return problems
-
-
-def _check_values_row_major(row_offsets: np.ndarray, row_terms: np.ndarray, n_terms: int,
-                            label: Callable[[str], str]) -> list[str]:
-    problems = []
-    if _decreasing(row_offsets):
-        problems.append(f"{label('row_offsets')} decrease somewhere (they must be ordered)")
-    if _outside(row_terms, n_terms):
-        problems.append(f"{label('row_terms')} holds term ids outside the vocabulary (0..{n_terms - 1})")
-    return problems
+                   doc_lengths=doc_lengths, row_offsets=row_offsets, row_terms=row_terms, pending=label)
 
 
 def _row_major(post_terms: np.ndarray, post_rows: np.ndarray, n_rows: int,

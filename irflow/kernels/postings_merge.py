@@ -14,7 +14,8 @@ them (:mod:`irflow.kernels.postings_build`): each merged term's postings
 start at the sum of the document frequencies of the terms before it, and
 the parts are placed one after the other, so a term's rows stay ascending.
 Each part is placed in chunks of whole terms, so no temporary spans all the
-postings.  The row-major arrays are the kept rows' term lists mapped.
+postings.  The row-major arrays are the kept rows' term lists mapped, each
+row's terms sorted by their merged ids (as the builder writes them).
 
 >>> from irflow.kernels.postings import Postings
 >>> a = Postings.build([["x", "y"], ["y"]])
@@ -106,9 +107,13 @@ def merge_postings(parts: Sequence[Postings], kept: Sequence[np.ndarray | None])
     for part, keep, term_map, remap in zip(parts, kept, maps, remaps):
         _place(part, term_map, remap, cursor, post_rows, post_tfs)
         rows = np.arange(part.n_rows) if keep is None else np.flatnonzero(keep)
+        row_counts = np.diff(part.row_offsets)
         for lo in range(0, rows.size, 1 << 16):  # row-major: the kept rows' term lists, mapped
-            terms = term_map[part.gather_row_terms(rows[lo:lo + (1 << 16)])]
-            row_terms[at:at + terms.size] = terms
+            chunk = rows[lo:lo + (1 << 16)]
+            terms = term_map[part.gather_row_terms(chunk)]
+            # each row's terms ascending by merged id, as the builder writes them (readers check it)
+            owner = np.repeat(np.arange(chunk.size), row_counts[chunk])
+            row_terms[at:at + terms.size] = terms[np.lexsort((terms, owner))]
             at += terms.size
     arrays: dict[str, np.ndarray] = {"term_offsets": term_offsets, "post_rows": post_rows, "post_tfs": post_tfs,
               "doc_lengths": doc_lengths, "row_offsets": row_offsets, "row_terms": row_terms}

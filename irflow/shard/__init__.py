@@ -12,10 +12,18 @@ it; the engine, the seed API, the store and the kernels never do.  Ray is
 an extra (``pip install -e '.[ray]'``) imported only by
 :mod:`irflow.shard.ray_backend`, only when a caller asks for Ray.
 
-Modules: ``manifest`` (the shard manifest), ``split`` (planning and
-writing shards), ``worker`` (one shard's side), ``merge`` (global rows and
+Modules: ``manifest`` (the shard manifest), ``disk`` (the one commit of a
+sharding, readers holding what they open, clean-up), ``split`` (planning
+and writing shards), ``worker`` (one shard's side), ``merge`` (global rows and
 the top-k merge), ``driver`` (ShardedCorpus), ``backend`` (in-process),
 ``ray_backend`` (Ray actors, a contained local cluster, batch evaluation).
+
+``irflow.shard`` is the function :func:`shard` (``irflow/__init__.py`` binds it
+over the name the import of this package set), so ``help(irflow.shard)`` shows
+it.  Its modules are imported by their path: ``from irflow.shard.driver import
+ShardedCorpus`` or ``from irflow.shard import driver`` — not ``import
+irflow.shard.driver as driver``, which looks ``shard`` up on ``irflow`` and
+finds the function.
 
 >>> # sharded = irflow.shard(irflow.open_corpus("corpus"), 4, "corpus.sharded")
 >>> # irflow.search(irflow.open_corpus("corpus.sharded", ray="auto"), "sql parser")
@@ -24,15 +32,15 @@ the top-k merge), ``driver`` (ShardedCorpus), ``backend`` (in-process),
 from __future__ import annotations
 
 import os
-import sys
-import types
 from typing import Any, Iterable, Mapping
 
+from irflow.kernels.embedders import AUTO
 from irflow.store.corpus import Corpus
 from irflow.store.corpus import open_corpus as _open_plain
 from irflow.errors import CorpusError
 from irflow.store.paths import resolve_corpus_path
 from irflow.store.records import Record
+from irflow.shard.disk import is_interrupted
 from irflow.shard.driver import ShardedCorpus
 from irflow.shard.manifest import ShardManifest, is_sharded
 from irflow.shard.split import plan_shards, shard_corpus
@@ -45,7 +53,7 @@ def shard(
     n: int,
     path: str | os.PathLike[str],
     *,
-    embedder: Any = "hash",
+    embedder: Any = AUTO,
     analyzer: Any = None,
     name: str | None = None,
     progress: bool = False,
@@ -55,13 +63,17 @@ def shard(
     """Split a corpus (a Corpus, a corpus path or name, or records) into ``n`` shards under ``path``; open it.
 
     An artifact's surfaces stay in one shard; shards are consecutive runs
-    of artifacts of about the same size, each an ordinary corpus directory,
-    plus ``shards.json`` (counts, global rows, build ids, the embedder and
-    analyzer all shards share).  From records, each shard is built as
-    :func:`irflow.build` would build them (``embedder``, ``analyzer``,
+    of artifacts of about the same size, each a generation of an ordinary
+    corpus directory, plus ``shards.json`` (counts, global rows, the
+    generation of each shard, the embedder and analyzer all shards share;
+    sealed by its checksum).  From records, each shard is built as
+    :func:`irflow.build` would build them (``embedder`` — by default the
+    model when installed, else "hash", as there —, ``analyzer``,
     ``batch_size`` as there); from a corpus, its arrays are split as they
-    are.  Over an existing sharded corpus this is a reshard.  Returns the
-    sharded corpus opened (``ray`` as :meth:`ShardedCorpus.open`).
+    are.  Over an existing sharded corpus (or what an interrupted sharding
+    left) this is a reshard, committed in one step: a reader, or a crash at
+    any point, sees the old sharding or the new one.  Returns the sharded
+    corpus opened (``ray`` as :meth:`ShardedCorpus.open`).
 
     >>> # sharded = irflow.shard(records, 3, "corpus.sharded", embedder="hash")
     """
@@ -80,24 +92,10 @@ def open_corpus(path_or_name: str | os.PathLike[str], *, embedder: Any = None, v
     :func:`irflow.store.corpus.open_corpus` for ``embedder`` and ``verify``.
     """
     root = resolve_corpus_path(path_or_name)
-    if is_sharded(root):
+    if is_sharded(root) or is_interrupted(root):  # the latter is refused with what to do
         return ShardedCorpus.open(root, ray=ray, embedder=embedder, verify=verify, **ray_options)
     if (ray is not None or ray_options) and root.is_dir():
         raise CorpusError(f"{root} is not a sharded corpus (no shards.json), so it cannot be served on Ray; shard it "
                           f"first: irflow shard {root} --shards N --out DIR (or irflow.shard(corpus, n, path))")
     return _open_plain(path_or_name, embedder=embedder, verify=verify)
 
-
-class _CallableModule(types.ModuleType):
-    """``irflow.shard(corpus, n, path)`` calls :func:`shard`, and ``irflow.shard`` stays this package.
-
-    (Binding the name to the function instead would break ``import
-    irflow.shard.worker as w``: the import would look the package up as an
-    attribute of ``irflow`` and find a function.)
-    """
-
-    def __call__(self, *args: Any, **kwargs: Any) -> ShardedCorpus:
-        return shard(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

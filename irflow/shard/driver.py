@@ -34,6 +34,7 @@ of the shards.
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import os
 import threading
@@ -51,11 +52,12 @@ from irflow.errors import CorpusError, EmbedderError, NoLedgerEntry
 from irflow.kernels.filters import CompiledFilter, compile_filter
 from irflow.store.masks import Warned, _surface_kinds, check_surfaces, warn_unknown_field
 from irflow.store.paths import resolve_corpus_path
-from irflow.store.protocol import Siblings
+from irflow.store.protocol import CorpusSettings, Siblings
 from irflow.store.records import Record, SearchHit
 from irflow.shard.backend import Backend, Call, InProcessBackend
-from irflow.shard.manifest import ShardManifest, check_layout, read_manifest, read_rows
 from irflow.kernels.rowmap import RowMap, merge_topk
+from irflow.shard.disk import open_committed
+from irflow.shard.manifest import ShardManifest
 from irflow.shard.ray_backend import RayBackend  # imports Ray itself only when a RayBackend is made
 from irflow.kernels.text import Analyzer
 from irflow.kernels.topk import TopK
@@ -90,6 +92,7 @@ class ShardedCorpus:
         self.name = manifest.name
         self.backend = backend
         self.rows = rows
+        self._held: contextlib.ExitStack | None = None  # the shards' generations, held against removal (Ray)
         self._lock = threading.RLock()
         spec = None if manifest.embedder is None else manifest.embedder.get("spec")
         self._query_embedder = LazyEmbedder(embedder if embedder is not None else spec)
@@ -122,27 +125,42 @@ class ShardedCorpus:
         in an actor of a Ray cluster irflow starts locally (contained and
         offline, see :mod:`irflow.shard.ray_backend`) or of the one this
         process is already connected to; any other string is the address of
-        an existing cluster to join, untouched.  Every shard is verified
-        (checksums unless ``verify=False``) and checked against the
-        manifest; a missing, extra, damaged or rebuilt shard refuses to
-        open, naming the shard and the file.
+        an existing cluster to join, untouched.  Each shard is the
+        generation ``shards.json`` names, held against removal while it
+        opens (with Ray, until :meth:`close`: a restarted actor reopens it),
+        verified (checksums unless ``verify=False``) and checked against the
+        manifest; a missing, damaged or rebuilt shard refuses to open,
+        naming the shard and the file.  A sharding committed while this
+        opens is opened instead: always one whole sharding (see
+        :mod:`irflow.shard.disk`).
         """
         root = resolve_corpus_path(path_or_name)
-        manifest = read_manifest(root)
-        rows = [read_rows(root, entry) for entry in manifest.shards]
-        check_layout(root, manifest, rows)
-        backend: Backend
-        if ray is None:
-            if ray_options:
-                raise TypeError(f"unexpected options {sorted(ray_options)} without ray=")
-            backend = InProcessBackend(root, manifest, verify=verify)
-        else:
-            backend = RayBackend(root, manifest, address=ray, verify=verify, **ray_options)
-        return cls(root, manifest, backend, RowMap(rows), embedder=embedder)
+        if ray is None and ray_options:
+            raise TypeError(f"unexpected options {sorted(ray_options)} without ray=")
+
+        def make(manifest: ShardManifest, rows: list[np.ndarray], held: contextlib.ExitStack) -> ShardedCorpus:
+            backend: Backend | None = None
+            try:
+                if ray is None:
+                    backend = InProcessBackend(root, manifest, verify=verify)
+                else:
+                    backend = RayBackend(root, manifest, address=ray, verify=verify, **ray_options)
+                corpus = cls(root, manifest, backend, RowMap(rows), embedder=embedder)
+            except BaseException:
+                if backend is not None:
+                    backend.close()
+                raise
+            if ray is not None:  # a Ray actor restarted later reopens its shard: keep it on disk until close()
+                corpus._held = held.pop_all()
+            return corpus  # (in this process: opened and mapped, and the maps outlive the files)
+        return open_committed(root, make)
 
     def close(self) -> None:
-        """Release the shards (end their Ray actors); the corpus cannot answer afterwards."""
+        """Release the shards (end their Ray actors, let writers remove their files); the corpus cannot answer afterwards."""
         self.backend.close()
+        if self._held is not None:
+            self._held.close()
+            self._held = None
 
     def __enter__(self) -> "ShardedCorpus":
         return self
@@ -208,6 +226,11 @@ class ShardedCorpus:
         """The query embedder (the manifest's spec, or the one passed to open), resolved on first use."""
         return self._query_embedder.get()
 
+    @property
+    def settings(self) -> CorpusSettings:
+        """The embedder and analyzer every shard ranks with, by name (the corpus protocol; loads no model)."""
+        return CorpusSettings(self.embedder_spec or ("none" if self.dim is None else "custom"), self._analyzer.name)
+
     def _label(self) -> str:
         return f"corpus {self.name!r}" if self.name else "this corpus"
 
@@ -261,11 +284,13 @@ class ShardedCorpus:
             return
         anywhere = np.asarray(np.array(self._everywhere("fields_present", todo), dtype=bool).any(axis=0))
         present: list[bool] = anywhere.tolist()
+        known: list[str] | None = None  # the fields every shard has, asked once (not once per unknown path)
         for path, found in zip(todo, present):
             if found or not self.warned.first("field", path):
                 continue
-            warn_unknown_field(self._label(), path, sorted(set().union(*self._everywhere("field_paths"))),
-                               stacklevel=4)
+            if known is None:
+                known = sorted(set().union(*self._everywhere("field_paths")))
+            warn_unknown_field(self._label(), path, known, stacklevel=4)
 
     def _refs(self, mask: np.ndarray | None) -> list[Any]:
         """What each shard is sent for *mask*: nothing, its filter (a mask made here), or its rows."""
@@ -292,7 +317,8 @@ class ShardedCorpus:
         if self.dim is None:
             raise EmbedderError(
                 f"{self._label()} is lexical-only (built with embedder=None): it has no vectors, so dense search "
-                "is unavailable; use lexical search, or rebuild with an embedder (irflow.build(..., embedder='hash'))")
+                "is unavailable; use lexical search, or rebuild with an embedder (irflow.build(records) embeds with "
+                "the model when the models extra is installed, else 'hash')")
         embedder = self.embedder
         if embedder is None:
             raise EmbedderError(

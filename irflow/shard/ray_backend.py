@@ -27,8 +27,17 @@ addresses to learn where it runs), and Ray's session files and sockets
 under ``$IRFLOW_HOME/ray`` (a short path: Unix socket paths are limited
 to ~107 bytes; a long ``$IRFLOW_HOME`` falls back to a folder under the
 system's temp directory).  ``num_cpus`` defaults to the CPUs this process
-may run on.  Any other address (``"127.0.0.1:6379"``, ``"ray://host:10001"``)
-joins that cluster as it is: irflow changes none of its settings.
+may run on.  ``ray.init`` is told ``address="local"``, so ``RAY_ADDRESS``
+or a cluster ``ray start`` left behind is not joined instead.
+
+**Joining.**  Any other address (``"127.0.0.1:6379"``, ``"ray://host:10001"``)
+joins that cluster and no other (:mod:`irflow.shard.ray_join`): the address
+is checked before Ray is called, Ray's cluster networking is off for the
+``ray.init`` call (so a loopback address is dialled as given, not replaced
+by this machine's address on its network), and a cluster that does not
+answer is a :class:`~irflow.errors.RayConnectionError` within seconds.
+irflow changes none of the cluster's settings.  A process already on a
+cluster refuses to run on another address.
 """
 
 from __future__ import annotations
@@ -45,11 +54,13 @@ from typing import Any, Callable, Iterator, Sequence
 
 import attrs
 
-from irflow.errors import IrflowError, ShardUnavailableError
+from irflow.errors import IrflowError, RayConnectionError, ShardUnavailableError
+from irflow.util.corpusmarks import refuse_inside_corpus
 from irflow.util.extras import install_hint
 from irflow.store.paths import irflow_home
 from irflow.shard.backend import Call
 from irflow.shard.manifest import ShardManifest
+from irflow.shard.ray_join import join_cluster, parse_address, refuse_while_pending, same_cluster
 from irflow.shard.worker import ShardWorker
 
 __all__ = ["RayBackend", "connect", "shutdown", "map_on_actors", "CONTAINED_ENV", "ray_temp_dir", "require_ray"]
@@ -74,16 +85,41 @@ TEMP_DIR_LIMIT = 40
 
 _state_lock = threading.Lock()
 _started_here = False  # this process started the local cluster it is connected to
+_joined: str | None = None  # the address this process joined (not "auto")
 
 
 def require_ray() -> Any:
-    """The ``ray`` module, or an IrflowError saying how to install the extra."""
+    """The ``ray`` module (its driver's messages routed to stderr), or an IrflowError saying how to install it."""
     try:
         import ray
     except ImportError:
         raise IrflowError(f"Ray is not installed, and serving shards on Ray needs it: {install_hint('ray')} "
                           "(or serve the shards in this process: ray=None)") from None
+    _driver_messages_to_stderr(ray)
     return ray
+
+
+def _driver_messages_to_stderr(ray: Any) -> None:
+    """Ray's driver prints what the cluster tells it on stdout; send it to stderr, where logs go.
+
+    ``log_to_driver=False`` stops the workers' output, but not the error
+    messages a driver always listens for (``(raylet) A worker died or was
+    killed ...``) nor what it flushes on shutdown: Ray prints them with
+    ``print_to_stdstream`` on stdout unless they are marked as errors.
+    Marking all of them keeps stdout for the caller's output (``irflow eval
+    --json``).  Ray has no setting for this, so its function is wrapped,
+    once; another Ray layout is left as it is.
+    """
+    module = getattr(getattr(ray, "_private", None), "worker", None)
+    original = getattr(module, "print_to_stdstream", None)
+    if module is None or original is None or getattr(original, "irflow_to_stderr", False):
+        return
+
+    def to_stderr(data: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        return original({**data, "is_err": True}, *args, **kwargs)
+
+    to_stderr.irflow_to_stderr = True  # type: ignore[attr-defined]
+    module.print_to_stdstream = to_stderr
 
 
 def ray_temp_dir() -> Path:
@@ -148,13 +184,16 @@ def start_local_cluster(*, num_cpus: int | None = None, object_store_memory: int
     """Start a contained local Ray cluster and connect this process to it (see the module docstring)."""
     global _started_here
     temp = ray_temp_dir()
+    refuse_inside_corpus(temp, "Ray folder")  # sessions, logs and sockets: never inside a corpus ($IRFLOW_HOME there)
     home = temp / "home"
     home.mkdir(parents=True, exist_ok=True)
     (home / "ray_bootstrap_config.yaml").touch()
     users_switch = os.environ.get(CLUSTER_SWITCH)
     with _contained_env(home), _no_cluster_networking(users_switch):  # ray first imported with the env set
         ray = require_ray()
-        ray.init(num_cpus=num_cpus or _available_cpus(), object_store_memory=object_store_memory or OBJECT_STORE_BYTES,
+        # address="local": a new cluster, whatever RAY_ADDRESS says (Ray would join that one for address=None)
+        ray.init(address="local",
+                 num_cpus=num_cpus or _available_cpus(), object_store_memory=object_store_memory or OBJECT_STORE_BYTES,
                  _temp_dir=str(temp), _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False,
                  logging_level=logging.WARNING, configure_logging=False)
     _started_here = True
@@ -164,22 +203,54 @@ def start_local_cluster(*, num_cpus: int | None = None, object_store_memory: int
 
 def connect(address: str = "auto", **options: Any) -> Any:
     """Connect this process to Ray: ``"auto"`` the connected cluster or a new contained one; else join ``address``."""
+    local = address in ("auto", "local")
+    if not local:
+        parse_address(address)  # a malformed address is refused before Ray is imported
     ray = require_ray()
     with _state_lock:
         if ray.is_initialized():
+            if not local:
+                _refuse_another_cluster(ray, address)
             return ray
-        if address in ("auto", "local"):
+        if local:
+            refuse_while_pending("a local cluster")
             return start_local_cluster(**options)
         if options:
             raise TypeError(f"options {sorted(options)} apply to a cluster irflow starts (ray='auto'), "
                             f"not to joining {address!r}")
-        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING, configure_logging=False)
+        _join(ray, address)
         return ray
+
+
+def _join(ray: Any, address: str) -> None:
+    """Join the cluster at ``address`` and nowhere else, or fail within seconds (see :mod:`irflow.shard.ray_join`)."""
+    global _joined
+    users_switch = os.environ.get(CLUSTER_SWITCH)
+
+    def init() -> None:
+        with _no_cluster_networking(users_switch):  # Ray then dials a loopback address as given, probing nothing
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING, configure_logging=False)
+
+    join_cluster(address, init, undo=ray.shutdown)
+    _joined = address
+
+
+def _refuse_another_cluster(ray: Any, address: str) -> None:
+    """This process is connected already: fine for that cluster's address, an error for any other."""
+    current = _joined
+    if current is None:
+        with contextlib.suppress(Exception):  # Ray Client connections, or another Ray layout: no address to compare
+            current = ray.get_runtime_context().gcs_address
+    if current is not None and not same_cluster(current, address):
+        raise RayConnectionError(
+            f"this process is already connected to the Ray cluster at {current}, so it cannot also join {address}: "
+            "a process is on one cluster at a time. Ask for 'auto' to use the connected cluster, or disconnect "
+            "first (ray.shutdown(), or shutdown() from irflow.shard.ray_backend) and ask again.")
 
 
 def shutdown() -> None:
     """Disconnect from Ray; a local cluster irflow started is stopped (its processes end)."""
-    global _started_here
+    global _started_here, _joined
     try:
         import ray
     except ImportError:
@@ -188,6 +259,7 @@ def shutdown() -> None:
         if ray.is_initialized():
             ray.shutdown()
         _started_here = False
+        _joined = None
 
 
 def map_on_actors(server: type, init_args: tuple[Any, ...], method: str, items: Sequence[tuple[Any, ...]], *,

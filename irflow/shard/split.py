@@ -9,12 +9,15 @@ record order, so when each artifact's records are together in that order
 the shard's first row plus the local row, and ties break by global row,
 exactly as on one machine.
 
-Each shard is an ordinary corpus directory written through the store layer
-(``save_corpus``, or ``build`` when sharding records): its records and
-ledger, its own BM25 postings (the same tokens: the same analyzer), its
-rows of the vector matrix bit for bit (or the same embedder over the same
-texts, which gives the same bits), and its tombstones (a deleted row stays
-a deleted row, so global rows are the source's rows).
+Each shard is a new generation of an ordinary corpus directory, written
+through the store layer (``save_corpus``; from records, built first as
+``build`` builds them): its records and ledger, its own BM25 postings (the
+same tokens: the same analyzer), its rows of the vector matrix bit for bit
+(or the same embedder over the same texts, which gives the same bits), its
+tombstones (a deleted row stays a deleted row, so global rows are the
+source's rows), and its global rows when they are not contiguous.  None is
+made live on its own: the manifest naming them all is the one commit
+(:mod:`irflow.shard.disk`).
 
 >>> # shard(irflow.open_corpus("corpus"), 4, "corpus.sharded")
 """
@@ -22,22 +25,24 @@ a deleted row, so global rows are the source's rows).
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+import attrs
 import numpy as np
 
 from irflow.store.corpus import Corpus, build, open_corpus
 from irflow.errors import CorpusError
 from irflow.store.generations import MANIFEST_FILE as MANIFEST_OF_GENERATION
-from irflow.store.generations import check_writable_root, checksum, has_current, read_current
-from irflow.store.persist import save_corpus
+from irflow.store.generations import check_writable_root, checksum, locked
+from irflow.store.persist import EmbedderInfo, save_corpus
+from irflow.kernels.embedders import AUTO, resolve_default
 from irflow.kernels.postings import Postings
+from irflow.util.corpusmarks import SHARDED_CORPUS, refuse_inside_corpus
 from irflow.util.progress import bar
 from irflow.store.records import Record
-from irflow.shard.manifest import (MANIFEST_FILE, SHARD_DIR_RE, ShardEntry, ShardManifest, is_sharded,
-                                   shard_dir_name, write_manifest)
+from irflow.shard.disk import commit, prepare_root
+from irflow.shard.manifest import ROWS_FILE, ShardEntry, ShardManifest, shard_dir_name
 from irflow.store.record_store import CorpusStore, prepare_records
 
 __all__ = ["plan_shards", "shard_corpus"]
@@ -84,28 +89,6 @@ def plan_shards(artifact_ids: Sequence[str] | np.ndarray, n: int) -> list[np.nda
     return [np.flatnonzero(shard_of_row == s).astype(np.int64) for s in range(n)]
 
 
-def _prepare_root(root: Path) -> None:
-    """Refuse a target that is neither empty, absent, nor a sharded corpus (resharding replaces one)."""
-    if root.exists() and not root.is_dir():
-        raise CorpusError(f"cannot shard into {root}: it is a file; choose a directory")
-    if root.is_dir() and any(root.iterdir()) and not is_sharded(root):
-        raise CorpusError(f"cannot shard into {root}: it is not empty and not a sharded corpus (no {MANIFEST_FILE}); "
-                          "choose a new or empty directory")
-    root.mkdir(parents=True, exist_ok=True)
-
-
-def _remove_strays(root: Path, n: int) -> None:
-    """After a reshard into fewer shards: remove the old shard directories and rows files beyond ``n``."""
-    for path in root.iterdir():
-        match = SHARD_DIR_RE.match(path.name.split(".")[0])
-        if match is None or int(match.group(1)) < n:
-            continue
-        if path.is_dir() and has_current(path):
-            shutil.rmtree(path)
-        elif path.is_file() and path.name.endswith(".rows.npy"):
-            path.unlink()
-
-
 def _shard_store(store: CorpusStore, rows: np.ndarray, artifacts: Sequence[str], name: str) -> CorpusStore:
     """The source store's rows ``rows`` as a store of their own (same ledger entries, same tombstones)."""
     kinds = store.kinds
@@ -137,45 +120,63 @@ def _ledger_groups(store: CorpusStore, plan: Sequence[np.ndarray]) -> list[list[
     return groups
 
 
+def _write_shard(root: Path, s: int, rows: np.ndarray, *, store: CorpusStore, postings: Postings,
+                 vectors: np.ndarray | None, analyzer: Mapping[str, Any], embedder: EmbedderInfo | None,
+                 source: CorpusStore) -> ShardEntry:
+    """Shard *s* (global rows *rows* of *source*) written as a new, uncommitted generation; its manifest entry."""
+    contiguous = bool(rows[-1] - rows[0] + 1 == rows.size)
+    generation = save_corpus(root / shard_dir_name(s), store=store, postings=postings, vectors=vectors,
+                             analyzer=analyzer, embedder=embedder, extra_files=None if contiguous else {ROWS_FILE: rows},
+                             commit=False)
+    kinds, codes = source.kinds, source.kind_codes[rows]
+    return ShardEntry(
+        index=s, dir=shard_dir_name(s), n_rows=int(rows.size), live=int(source.live[rows].sum()),
+        artifacts=len(dict.fromkeys(source.artifact_ids[rows].tolist())), first_row=int(rows[0]),
+        build_id=str(generation.manifest["build_id"]),
+        manifest_checksum=checksum(generation.dir / MANIFEST_OF_GENERATION),
+        kinds=tuple(dict.fromkeys(kinds[c] for c in codes.tolist())), generation=generation.name,
+        rows_file=None if contiguous else ROWS_FILE)
+
+
 def _write_from_corpus(corpus: Corpus, plan: Sequence[np.ndarray], root: Path, name: str,
-                       progress: bool) -> list[tuple[str, str]]:
-    """Each shard written straight from the source corpus's arrays; returns the shards' identities."""
+                       progress: bool) -> list[ShardEntry]:
+    """Each shard written straight from the source corpus's arrays."""
     store = corpus.store
     analyzer = corpus.analyzer
     vectors = corpus.vectors
-    info = corpus.embedder_info
     groups = _ledger_groups(store, plan)
-    build_ids = []
+    entries = []
     with bar(progress, "sharding", total=len(plan), unit="shard") as shown:
         for s, rows in enumerate(plan):
             part = _shard_store(store, rows, groups[s], name)
-            postings = Postings.build(analyzer.tokenize_many(part.texts))
-            save_corpus(
-                root / shard_dir_name(s), store=part, postings=postings,
+            entries.append(_write_shard(
+                root, s, rows, store=part, postings=Postings.build(analyzer.tokenize_many(part.texts)),
                 vectors=None if vectors is None else np.ascontiguousarray(vectors[rows]),
-                analyzer=analyzer.to_dict(), embedder=info)
-            build_ids.append(_identity(root / shard_dir_name(s)))
+                analyzer=analyzer.to_dict(), embedder=corpus.embedder_info, source=store))
             shown.update(1)
-    return build_ids
+    return entries
 
 
-def _identity(shard_root: Path) -> tuple[str, str]:
-    """(build id, manifest checksum) of the shard corpus just written at *shard_root*."""
-    generation = read_current(shard_root)
-    return str(generation.manifest["build_id"]), checksum(generation.dir / MANIFEST_OF_GENERATION)
+def _write_from_records(records: Sequence[Record], store: CorpusStore, plan: Sequence[np.ndarray], root: Path,
+                        name: str, embedder: Any, analyzer: Any, batch_size: int,
+                        progress: bool) -> tuple[list[ShardEntry], dict[str, Any], EmbedderInfo | None]:
+    """Each shard built from its records (``build``: the same tokens and vectors a whole build gives them).
 
-
-def _write_from_records(records: Sequence[Record], plan: Sequence[np.ndarray], root: Path, name: str,
-                        embedder: Any, analyzer: Any, batch_size: int, progress: bool) -> list[tuple[str, str]]:
-    """Each shard built from its records (``build``: the same tokens and vectors a whole build gives them)."""
-    build_ids = []
+    Returns the entries, and the analyzer settings and embedder every shard was built with.
+    """
+    entries = []
+    built = None
     with bar(progress, "sharding", total=len(plan), unit="shard") as shown:
         for s, rows in enumerate(plan):
-            build([records[r] for r in rows.tolist()], embedder=embedder, analyzer=analyzer,
-                  path=root / shard_dir_name(s), name=name, batch_size=batch_size)
-            build_ids.append(_identity(root / shard_dir_name(s)))
+            built = build([records[r] for r in rows.tolist()], embedder=embedder, analyzer=analyzer, name=name,
+                          batch_size=batch_size, progress=progress)  # its phases inside the shards' progress
+            entries.append(_write_shard(
+                root, s, rows, store=built.store, postings=built.postings, vectors=built.vectors,
+                analyzer=built.analyzer.to_dict(), embedder=built.embedder_info, source=store))
             shown.update(1)
-    return build_ids
+    if built is None:  # plan_shards gives at least one shard
+        raise CorpusError("nothing to shard: the corpus has no records")
+    return entries, built.analyzer.to_dict(), built.embedder_info
 
 
 def shard_corpus(
@@ -183,7 +184,7 @@ def shard_corpus(
     n: int,
     path: str | os.PathLike[str],
     *,
-    embedder: Any = "hash",
+    embedder: Any = AUTO,
     analyzer: Any = None,
     name: str | None = None,
     progress: bool = False,
@@ -191,6 +192,8 @@ def shard_corpus(
 ) -> ShardManifest:
     """Write ``source`` as ``n`` shards under ``path`` and return the manifest (see :func:`irflow.shard`)."""
     root = Path(path).expanduser()
+    # a reshard replaces a sharded corpus; a plain corpus, or a folder inside any corpus, is refused
+    refuse_inside_corpus(root, "sharded corpus", replacing=SHARDED_CORPUS)
     if isinstance(source, (str, os.PathLike)):
         source = open_corpus(source)
     if name is not None:
@@ -207,50 +210,21 @@ def shard_corpus(
         prepared = prepare_records(source)
         if not prepared:
             raise CorpusError("shard() got no records; a corpus needs at least one record")
+        embedder = resolve_default(embedder)  # every shard with one embedder (the default decided once)
         store = CorpusStore.from_records(prepared)
         plan = plan_shards(store.artifact_ids, n)
-    _prepare_root(root)
+    prepare_root(root)
     for s in range(len(plan)):
         check_writable_root(root / shard_dir_name(s))
-    if isinstance(source, Corpus):
-        build_ids = _write_from_corpus(source, plan, root, corpus_name, progress)
-        info = source.embedder_info
-        embedder_entry = None if info is None else {"spec": info.spec, "dim": info.dim,
-                                                    "description": info.description, "source": info.source}
-    else:
-        build_ids = _write_from_records(prepared, plan, root, corpus_name, embedder, analyzer, batch_size, progress)
-        first = read_current(root / shard_dir_name(0)).manifest
-        analyzer_spec, embedder_entry = first["analyzer"], first["embedder"]
-    return _finish(root, store, plan, build_ids, corpus_name, analyzer_spec, embedder_entry)
-
-
-def _finish(root: Path, store: CorpusStore, plan: Sequence[np.ndarray], build_ids: Sequence[tuple[str, str]],
-            name: str,
-            analyzer: Mapping[str, Any], embedder: Mapping[str, Any] | None) -> ShardManifest:
-    """Rows files for interleaved shards, then the manifest (last), then the strays of an older sharding."""
-    entries = []
-    kinds, codes, live = store.kinds, store.kind_codes, store.live
-    for s, rows in enumerate(plan):
-        contiguous = bool(rows[-1] - rows[0] + 1 == rows.size)
-        rows_file = rows_checksum = None
-        if not contiguous:
-            rows_file = f"{shard_dir_name(s)}.rows.npy"
-            target = root / rows_file
-            tmp = root / f".{rows_file}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as handle:
-                np.save(handle, rows, allow_pickle=False)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, target)
-            rows_checksum = checksum(target)
-        entries.append(ShardEntry(
-            index=s, dir=shard_dir_name(s), n_rows=int(rows.size), live=int(live[rows].sum()),
-            artifacts=len(dict.fromkeys(store.artifact_ids[rows].tolist())), first_row=int(rows[0]),
-            build_id=build_ids[s][0], manifest_checksum=build_ids[s][1], kinds=tuple(dict.fromkeys(kinds[c] for c in codes[rows].tolist())),
-            rows_file=rows_file, rows_checksum=rows_checksum))
-    manifest = ShardManifest(name=name, n_rows=store.n_rows, live=int(live.sum()), kinds=store.kinds,
-                             analyzer=dict(analyzer), embedder=None if embedder is None else dict(embedder),
-                             shards=tuple(entries))
-    write_manifest(root, manifest)
-    _remove_strays(root, len(plan))
+    with locked(root):  # one writer at a time; the shards' data first, then the one commit
+        if isinstance(source, Corpus):
+            entries = _write_from_corpus(source, plan, root, corpus_name, progress)
+            info = source.embedder_info
+        else:
+            entries, analyzer_spec, info = _write_from_records(prepared, store, plan, root, corpus_name, embedder,
+                                                               analyzer, batch_size, progress)
+        manifest = ShardManifest(name=corpus_name, n_rows=store.n_rows, live=int(store.live.sum()), kinds=store.kinds,
+                                 analyzer=dict(analyzer_spec), embedder=None if info is None else attrs.asdict(info),
+                                 shards=tuple(entries))
+        commit(root, manifest)
     return manifest

@@ -38,8 +38,7 @@ from irflow.errors import CorpusError, FilterError, NoLedgerEntry
 from irflow.store.generations import MANIFEST_FILE as GENERATION_MANIFEST
 from irflow.store.generations import checksum, read_current
 from irflow.store.ledger import records_for_artifact
-from irflow.store.masks import _field_paths
-from irflow.shard.manifest import ShardEntry
+from irflow.shard.manifest import MANIFEST_FILE, ShardEntry, in_shard
 
 __all__ = ["ShardWorker", "math_fingerprint", "MaskRef"]
 
@@ -69,9 +68,10 @@ class ShardWorker:
     ``root``: the sharded corpus directory; ``entry``: the shard's manifest
     entry; ``name``: the sharded corpus's name (hits and messages use it,
     as on one machine); ``analyzer`` / ``embedder``: what the manifest says
-    every shard was built with.  Opening verifies the shard's files
-    (checksums unless ``verify=False``) and that it is the generation the
-    manifest recorded; a CorpusError names the shard and the file.
+    every shard was built with.  Opening reads the generation the manifest
+    names (a version-1 manifest: the shard's live one, checked against the
+    build it recorded), verifies its files (checksums unless
+    ``verify=False``); a CorpusError names the shard and the file.
     """
 
     def __init__(self, root: str | os.PathLike[str], entry: ShardEntry | Mapping[str, Any], name: str,
@@ -82,16 +82,23 @@ class ShardWorker:
         if not self.dir.is_dir():
             raise CorpusError(f"{label} is missing from disk; the sharded corpus is incomplete — restore the shard "
                               "or shard the corpus again")
-        try:
-            before = self._identity()
-            self.corpus: Corpus = open_corpus(self.dir, verify=verify)
-            after = self._identity()
-        except CorpusError as error:
-            raise self._damaged(error) from None
-        if before != (self.entry.build_id, self.entry.manifest_checksum) or after != before:
-            raise CorpusError(f"{label} is not the shard the manifest lists (build {after[0]!r}, the manifest recorded "
-                              f"{self.entry.build_id!r}): it was rebuilt or modified after sharding (a delete, a "
-                              "rebuild); shard the corpus again")
+        if self.entry.generation is not None:  # the generation the manifest names, held while it is opened
+            named = (self.entry.generation, self.entry.manifest_checksum, str(Path(root) / MANIFEST_FILE))
+            try:
+                self.corpus: Corpus = open_corpus(self.dir, verify=verify, generation=named)
+            except CorpusError as error:
+                raise self._damaged(error) from None
+        else:  # a version-1 manifest: the shard's CURRENT, checked against the build the manifest recorded
+            try:
+                before = self._identity()
+                self.corpus = open_corpus(self.dir, verify=verify)
+                after = self._identity()
+            except CorpusError as error:
+                raise self._damaged(error) from None
+            if before != (self.entry.build_id, self.entry.manifest_checksum) or after != before:
+                raise CorpusError(f"{label} is not the shard the manifest lists (build {after[0]!r}, the manifest "
+                                  f"recorded {self.entry.build_id!r}): it was rebuilt or modified after sharding (a "
+                                  "delete, a rebuild); shard the corpus again")
         corpus = self.corpus
         problems = []
         if corpus.n_rows != self.entry.n_rows:
@@ -135,8 +142,7 @@ class ShardWorker:
 
     def _damaged(self, error: CorpusError) -> CorpusError:
         """The shard's own CorpusError, naming the shard first (its files are one shard of a sharded corpus)."""
-        return CorpusError(f"shard {self.entry.index} ({self.dir}): {error} (a shard rebuilt alone no longer matches "
-                           "the shard manifest: restore the shard's files or shard the corpus again)")
+        return in_shard(self.entry.index, self.dir, error)
 
     def arm_pause(self, method: str, seconds: float, marker: str) -> int:
         """Fault-injection hook for tests: the next ``method`` call writes ``marker`` (holding this pid), then sleeps.
@@ -269,11 +275,11 @@ class ShardWorker:
     # -- metadata fields (the driver's misspelled-field warning) ----------------------------
 
     def fields_present(self, paths: Sequence[str]) -> list[bool]:
-        """Whether any live row of this shard has each field path."""
+        """Whether any live row of this shard has each field path (many paths: one walk indexing every field)."""
         columns, live = self.corpus.columns, self.corpus.live
-        return [bool((columns.column(path).present & live).any()) for path in paths]
+        columns.prepare(paths)
+        return [columns.column(path).present_in(live) for path in paths]
 
     def field_paths(self) -> list[str]:
-        """Every dotted field path of the live records' metadata, sorted."""
-        store = self.corpus.store
-        return _field_paths(store.metadata[i] for i in np.flatnonzero(store.live).tolist())
+        """Every dotted field path of the live records' metadata, sorted (one walk, kept until a delete)."""
+        return self.corpus.field_paths()

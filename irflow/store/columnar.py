@@ -318,11 +318,12 @@ class LedgerTable(Mapping[str, tuple[str, ...]]):
     """
 
     def __init__(self, artifacts: Sequence[str], offsets: np.ndarray, rows: np.ndarray, missing: Sequence[str],
-                 record_ids_of: Callable[[np.ndarray], np.ndarray]) -> None:
+                 record_ids_of: Callable[[np.ndarray], np.ndarray], *, where: str = "the ledger") -> None:
         self.artifacts = artifacts
         self.offsets = offsets
         self.rows = rows
         self.missing = list(missing)
+        self.where = where  # how messages name it: its file, for a stored corpus
         self._record_ids_of = record_ids_of
         self._index: dict[str, int] | None = None
         self._keys: KeyIndex | None = None

@@ -34,13 +34,13 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from irflow.errors import CorpusError, IrflowError
-from irflow.kernels.embedders import resolve_embedder
+from irflow.kernels.embedders import AUTO, resolve_embedder
 from irflow.kernels.postings import Postings
 from irflow.kernels.text import Analyzer, get_analyzer
 from irflow.store.generations import check_writable_root
 from irflow.store.paths import HOME_ENV, is_corpus_name, resolve_corpus_path
 from irflow.store.diskwriter import DiskWriter
-from irflow.store.generations import LOCK_TIMEOUT, Generation
+from irflow.store.generations import LOCK_TIMEOUT, Generation, holding
 from irflow.store.opening import context_of, read_parts, stripped_identity
 from irflow.store.persist import TOMBSTONES_FILE, EmbedderInfo, check_format, retrying, save_corpus
 from irflow.store.reading import CorpusReader
@@ -53,7 +53,9 @@ from irflow.store.state import CorpusState, make_state
 from irflow.store.updates import Batch, Operation, UpdateReport, apply_operations
 from irflow.store.writer import MemoryWriter, infos, segment_id, segment_number
 from irflow.store.vectors import VectorCheck, document_vectors
-from irflow.util.progress import bar, phase
+from irflow.util.corpusmarks import CORPUS, refuse_inside_corpus
+from irflow.util.progress import bar, phase, tracked
+from irflow.util.unicode import check_text
 
 __all__ = ["Corpus", "build", "open_corpus"]
 
@@ -307,7 +309,7 @@ def _tokenize(analyzer: Analyzer, texts: Sequence[str], progress: bool, chunk: i
 def build(
     records: Iterable[Record | Mapping[str, Any]],
     *,
-    embedder: Any = "hash",
+    embedder: Any = AUTO,
     analyzer: Analyzer | str | Mapping[str, Any] | None = None,
     path: str | os.PathLike[str] | None = None,
     name: str | None = None,
@@ -316,26 +318,34 @@ def build(
 ) -> Corpus:
     """Build a corpus from records (Record objects or dicts with the same keys).
 
-    ``embedder``: a spec ("hash", "hash:512", "st:<model>"), a callable
-    ``texts -> (n, d)``, an object with ``embed(texts, kind)``, or None for a
-    lexical-only corpus.  Records may instead all carry precomputed vectors.
+    ``embedder``: by default ``"auto"`` — all-MiniLM-L6-v2 when the models
+    extra is installed, else the ``"hash"`` stand-in, said once (the rule of
+    every entry point: :func:`irflow.kernels.embedders.default_embedder`) —;
+    a spec ("onnx:all-MiniLM-L6-v2", "hash", "hash:512", "st:<model>"), a
+    callable ``texts -> (n, d)``, an object with ``embed(texts, kind)``, or
+    None for a lexical-only corpus.  Records may instead all carry
+    precomputed vectors.
     ``analyzer`` defaults to :data:`irflow.kernels.text.DEFAULT_ANALYZER`.
-    ``progress=True`` shows a bar for each phase (tokenizing, postings,
-    embedding, writing).  With
+    ``progress=True`` shows the progress of each phase (checking records,
+    tokenizing, postings, embedding, writing; see :mod:`irflow.util.progress`).  With
     ``path`` the corpus is written there (atomically; over an existing corpus
-    it is a rebuild) and named after the directory unless ``name`` is given.
+    it is a rebuild) and named after the directory unless ``name`` is given;
+    a path inside another corpus is refused (OutputError).
 
     >>> build([Record("unbox", "name", "unbox")], embedder=None).vectors is None
     True
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
-    prepared = prepare_records(records)
+    if isinstance(name, str):
+        check_text(name, "build(): name")  # hits carry it (their source): UTF-8 text, as every name
+    prepared = prepare_records(tracked(progress, "checking records", records, unit="record"))
     if not prepared:
         raise CorpusError("build() got no records; a corpus needs at least one record")
     root = None if path is None else Path(path).expanduser()
-    if root is not None:
-        check_writable_root(root)  # refuse early, before tokenizing and embedding
+    if root is not None:  # refuse early, before tokenizing and embedding
+        refuse_inside_corpus(root, "corpus", replacing=CORPUS)  # a rebuild, never a corpus inside another
+        check_writable_root(root)
     corpus_name = name if name is not None else (root.name if root is not None else None)
     the_analyzer = get_analyzer(analyzer)
     the_embedder = resolve_embedder(embedder)
@@ -358,7 +368,7 @@ def build(
 
 
 def open_corpus(path_or_name: str | os.PathLike[str], *, embedder: Any = None, verify: bool = True,
-                lock_timeout: float | None = LOCK_TIMEOUT) -> Corpus:
+                lock_timeout: float | None = LOCK_TIMEOUT, generation: tuple[str, str, str] | None = None) -> Corpus:
     """Open a built corpus by path, or by name under ``$IRFLOW_HOME/corpora``.
 
     Files are verified (sizes always, checksums unless ``verify=False``) and
@@ -368,6 +378,9 @@ def open_corpus(path_or_name: str | os.PathLike[str], *, embedder: Any = None, v
     A passed embedder's dimension is checked against the corpus on first use.
     ``lock_timeout``: how long an update waits for another process's
     commit to this corpus (seconds; None: as long as it takes).
+    ``generation``: (name, manifest checksum, where they are recorded) of a
+    generation to open instead of the live one (a shard of a sharded corpus:
+    the one its manifest names), held while it is read.
     """
     root = resolve_corpus_path(path_or_name)
     if not root.exists() and is_corpus_name(path_or_name):
@@ -380,8 +393,13 @@ def open_corpus(path_or_name: str | os.PathLike[str], *, embedder: Any = None, v
         check_format(generation)
         context = context_of(generation, root, embedder)
         return generation, context, read_parts(generation, context, verify=verify)
-    generation, context, parts = retrying(root, read)
+    if generation is None:
+        opened, context, parts = retrying(root, read)
+    else:
+        name_of, digest, recorded_in = generation
+        with holding(root, name_of, digest, recorded_in=recorded_in) as held:
+            opened, context, parts = read(held)
     corpus = Corpus.__new__(Corpus)
-    corpus._setup(context, make_state(parts, 0, context, generation),
-                  DiskWriter(root, context, generation, verify=verify, lock_timeout=lock_timeout))
+    corpus._setup(context, make_state(parts, 0, context, opened),
+                  DiskWriter(root, context, opened, verify=verify, lock_timeout=lock_timeout))
     return corpus

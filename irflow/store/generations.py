@@ -32,7 +32,11 @@ a kept generation doubles the disk a rebuild needs and still fails a reader
 slower than the grace period (a 1M-row corpus takes seconds to open), while
 retries alone never finish when commits come faster than an open.  Without
 ``fcntl`` (Windows), or on a file system without ``flock``, the retry alone
-remains.
+remains.  A sharded corpus uses the same pieces for many directories at
+once: its writer writes each shard's generation without making it live
+(``write_generation(commit=False)``) and commits them all with one manifest
+of its own; its readers hold the generations that manifest names
+(:func:`holding`), not ``CURRENT``'s (:mod:`irflow.shard.disk`).
 
 Nothing irflow did not write is ever deleted.  Clean-up considers only names
 irflow makes (``gen-NNNNNN``, ``.tmp-gen-NNNNNN-xxxxxxxx``,
@@ -56,10 +60,11 @@ so a FIFO cannot hang a reader and a link to ``/dev/zero`` cannot fill memory.
 
 from __future__ import annotations
 
+import collections
 import contextlib
-import json
 import logging
 import os
+import re
 import stat
 import time
 import uuid
@@ -72,19 +77,14 @@ except ImportError:  # pragma: no cover - Windows: readers rely on the retry alo
     fcntl = None  # type: ignore[assignment]
 
 from irflow.errors import CorpusError
+from irflow.util.corpusmarks import CURRENT_FILE, CURRENT_LIMIT, GEN_RE, MARKER_FILE, MARKER_TEXT, POINTER_RE, TMP_GEN_RE, SHARDS_FILE
+from irflow.util.unicode import json_text
 from irflow.store.genfiles import (
-    CURRENT_FILE,
-    CURRENT_LIMIT,
     FILE_NAME_RE,
     GEN_PREFIX,
-    GEN_RE,
     LOCK_FILE,
     MANIFEST_FILE,
     MANIFEST_LIMIT,
-    MARKER_FILE,
-    MARKER_TEXT,
-    POINTER_RE,
-    TMP_GEN_RE,
     TMP_PREFIX,
     Generation,
     Payload,
@@ -97,19 +97,16 @@ from irflow.store.genfiles import (
     entry_checksum,
     flock,
     file_digest,
+    remove_corpus,
+    remove_superseded,
     fsync_dir,
-    is_generation,
     is_ours,
-    is_pointer_temp,
-    is_temporary,
     kind_of,
     link_or_copy,
-    listed_files,
     lstat_mode,
     open_directory,
     parse_manifest,
     read_small_file,
-    remove_files,
     write_file,
 )
 
@@ -130,19 +127,29 @@ __all__ = [
     "checksum",
     "entry_checksum",
     "has_current",
+    "holding",
     "locked",
     "mismatch",
+    "pause_point",
+    "point_current",
     "read_current",
     "read_small_file",
     "reading",
+    "remove_corpus",
+    "remove_superseded",
     "verify_files",
     "write_generation",
 ]
 
 #: Test hook: ``"<point>@<marker path>"`` makes a writer touch the marker and
 #: sleep when it reaches <point> (``after:<file>``, ``before-rename``,
-#: ``before-current``), so a test can SIGKILL it at a known moment.
+#: ``before-current``; a sharding adds its own, see :mod:`irflow.shard.disk`),
+#: so a test can SIGKILL it at a known moment; ``"<point>#<n>@<marker>"``
+#: pauses at the n-th time the process reaches <point> (the second shard's).
 PAUSE_ENV = "IRFLOW_TEST_PAUSE_WRITE"
+#: What marks a sharded corpus's directory (the names irflow.shard.manifest gives them), for a clearer error.
+SHARDED_MANIFEST = SHARDS_FILE
+SHARD_DIR_RE = re.compile(r"^shard-\d{3,}\Z")
 #: How often a reader starts over when writers keep replacing the generation it is about to open.
 READ_ATTEMPTS = 50
 
@@ -154,6 +161,12 @@ def _read_pointer(root: Path) -> tuple[str, str]:
     try:
         raw = read_small_file(root / CURRENT_FILE, CURRENT_LIMIT, root=root)
     except FileNotFoundError:
+        if _looks_sharded(root):
+            raise CorpusError(
+                f"{root} is a sharded corpus (shard directories; see irflow.shard), not a single corpus: open it with "
+                f"irflow.open_corpus({str(root)!r}), which serves its shards (or says what to do when its sharding "
+                "was interrupted), and pass that corpus"
+            ) from None
         raise CorpusError(
             f"{root} is not an irflow corpus: it has no {CURRENT_FILE} file (not a corpus, or its first build was "
             f"interrupted); build it with irflow.build(..., path={str(root)!r})"
@@ -164,6 +177,14 @@ def _read_pointer(root: Path) -> tuple[str, str]:
     if match is None:
         raise damaged(root, f"{CURRENT_FILE} does not hold '<generation> <manifest checksum>' (content {raw[:60]!r})")
     return match.group(1), match.group(2)
+
+
+def _looks_sharded(root: Path) -> bool:
+    """A sharded corpus's directory (its manifest, or shard directories): irflow.shard's, which the store does not import."""
+    try:
+        return (root / SHARDED_MANIFEST).is_file() or any(SHARD_DIR_RE.match(p.name) for p in root.iterdir())
+    except OSError:
+        return False
 
 
 def has_current(root: Path) -> bool:
@@ -188,18 +209,18 @@ def _check_root(root: Path) -> None:
         raise CorpusError(f"no corpus at {root}: the path {what}; build one with irflow.build(..., path=...)")
 
 
-def _read_manifest(root: Path, name: str, digest: str) -> Generation:
+def _read_manifest(root: Path, name: str, digest: str, recorded_in: str = CURRENT_FILE) -> Generation:
     """The generation *name*, its manifest checked against *digest*; _Vanished when its manifest is gone."""
     try:
         raw = read_small_file(root / name / MANIFEST_FILE, MANIFEST_LIMIT, root=root)
     except FileNotFoundError:
         raise _Vanished(name) from None
     except NotADirectoryError:
-        raise damaged(root, f"{CURRENT_FILE} names {name}, which is not a directory") from None
+        raise damaged(root, f"{recorded_in} names {name}, which is not a directory") from None
     except OSError as exc:
         raise damaged(root, f"{name}/{MANIFEST_FILE} cannot be read ({exc})") from None
     if bytes_checksum(raw) != digest:
-        raise damaged(root, f"{name}/{MANIFEST_FILE} does not match the checksum recorded in {CURRENT_FILE} (altered or truncated)")
+        raise damaged(root, f"{name}/{MANIFEST_FILE} does not match the checksum recorded in {recorded_in} (altered or truncated)")
     return Generation(root=root, name=name, manifest=parse_manifest(root, name, raw))
 
 
@@ -255,6 +276,35 @@ def reading(root: Path) -> Iterator[Generation]:
         f"corpus at {root}: writers replaced its live generation {READ_ATTEMPTS} times while it was being opened; "
         "try again when the writes slow down"
     )
+
+
+@contextlib.contextmanager
+def holding(root: Path, name: str, digest: str, *, recorded_in: str) -> Iterator[Generation]:
+    """The generation *name* of *root* — not CURRENT's: one a reader was told to open — held like :func:`reading`.
+
+    For a sharded corpus, whose manifest (*recorded_in*) names each shard's
+    generation and its manifest's checksum *digest*.  No retry here: when
+    the generation is gone, CorpusError, and the caller, who knows where the
+    name came from, decides whether its pointer moved meanwhile.
+    """
+    _check_root(root)
+    if not GEN_RE.match(name):
+        raise damaged(root, f"{recorded_in} names {name[:80]!r}, which is not a generation name")
+    try:
+        fd = open_directory(root / name)
+    except OSError as exc:
+        raise damaged(root, f"{recorded_in} names {name}, which cannot be opened as a directory ({exc})") from None
+    if fd is None:
+        raise damaged(root, f"{recorded_in} names {name}, but that generation directory is missing")
+    try:
+        flock(fd, fcntl.LOCK_SH if fcntl is not None else 0)
+        try:
+            generation = _read_manifest(root, name, digest, recorded_in)
+        except _Vanished:
+            raise damaged(root, f"{recorded_in} names {name}, but {name}/{MANIFEST_FILE} is missing") from None
+        yield generation
+    finally:
+        os.close(fd)  # closing releases the shared lock
 
 
 def moved(root: Path, name: str) -> bool:
@@ -384,13 +434,20 @@ def check_writable_root(root: Path) -> None:
 # -- writing -------------------------------------------------------------------------------------------
 
 
-def _pause_point(point: str) -> None:
+_REACHED: collections.Counter[str] = collections.Counter()
+
+
+def pause_point(point: str) -> None:
     """The kill-mid-write test hook (see PAUSE_ENV); a no-op unless the variable names this point."""
     spec = os.environ.get(PAUSE_ENV)
     if not spec:
         return
     wanted, _, marker = spec.partition("@")
+    wanted, _, nth = wanted.partition("#")
     if wanted != point:
+        return
+    _REACHED[point] += 1
+    if _REACHED[point] != int(nth or 1):
         return
     Path(marker).write_text(point, encoding="utf-8")
     time.sleep(600)  # wait here to be killed
@@ -401,40 +458,12 @@ def _next_number(root: Path) -> int:
     return max(numbers, default=0) + 1
 
 
-def _remove_generation(path: Path) -> None:
-    """Remove an old generation's own files, unless a reader holds it (then a later writer does)."""
-    fd = open_directory(path)
-    if fd is None:
-        return
-    try:
-        try:
-            flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB if fcntl is not None else 0)
-        except BlockingIOError:
-            logger.debug("kept %s: a reader is opening it", path)
-            return
-        listed = listed_files(path)
-        if listed is None:
-            logger.warning("left %s in place: it has no readable manifest saying which files irflow wrote", path)
-            return
-        remove_files(path, [*listed, MANIFEST_FILE, MARKER_FILE])
-    finally:
-        os.close(fd)
-
-
-def _remove_stale(root: Path, keep: str) -> None:
-    """Remove superseded generations and leftovers of killed writers — only what irflow provably wrote (under the lock)."""
-    for entry in root.iterdir():
-        if entry.name == keep:
-            continue
-        try:
-            if is_generation(entry):
-                _remove_generation(entry)
-            elif is_temporary(entry):
-                remove_files(entry, None)
-            elif is_pointer_temp(entry):
-                entry.unlink()
-        except OSError as exc:  # best effort: a leftover costs disk space, never correctness
-            logger.warning("could not remove %s (%s)", entry, exc)
+def point_current(root: Path, name: str, digest: str) -> None:
+    """Make the complete generation *name* (its manifest's checksum *digest*) the live one: the one atomic step."""
+    pointer_tmp = root / f"{TMP_PREFIX}{CURRENT_FILE}-{uuid.uuid4().hex[:8]}"
+    write_file(pointer_tmp, f"{name} {digest}\n".encode("ascii"))
+    os.replace(pointer_tmp, root / CURRENT_FILE)  # the commit point
+    fsync_dir(root)
 
 
 def write_generation(
@@ -444,6 +473,7 @@ def write_generation(
     *,
     reuse_from: Generation | None = None,
     reuse: Iterable[str] | Mapping[str, str] = (),
+    commit: bool = True,
 ) -> Generation:
     """Write a new generation of *root* and make it live atomically; call it while holding :func:`locked`.
 
@@ -451,7 +481,10 @@ def write_generation(
     *reuse_from* (hard-linked, their manifest entries copied — no file is
     read again); a mapping reuses each old file under a new name (new -> old).  *manifest* is
     extended with the ``files`` table.  Old generations are removed afterwards
-    (those no reader holds; see the module doc).
+    (those no reader holds; see the module doc).  ``commit=False`` stops once
+    the generation is complete in place: ``CURRENT`` is not moved and nothing
+    is removed (a sharded corpus commits all its shards' new generations in
+    one step of its own, :mod:`irflow.shard.disk`).
     """
     check_writable_root(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -475,20 +508,19 @@ def write_generation(
         write_file(tmp / file, payload)
         # Hash what is on disk (not what we meant to write), after fsync.
         table[file] = {"bytes": (tmp / file).stat().st_size, FILE_CHECKSUM: file_digest(tmp / file, FILE_CHECKSUM)}
-        _pause_point(f"after:{file}")
+        pause_point(f"after:{file}")
     full = dict(manifest)
     full["files"] = dict(sorted(table.items()))
-    raw = json.dumps(full, indent=1, sort_keys=True, ensure_ascii=False).encode("utf-8")
+    raw = json_text(full, indent=1, sort_keys=True).encode("utf-8")  # a path's undecodable bytes as \\uXXXX
     write_file(tmp / MANIFEST_FILE, raw)
     fsync_dir(tmp)
-    _pause_point("before-rename")
+    pause_point("before-rename")
     os.rename(tmp, root / name)
     fsync_dir(root)
-    _pause_point("before-current")
-    pointer_tmp = root / f"{TMP_PREFIX}{CURRENT_FILE}-{uuid.uuid4().hex[:8]}"
-    write_file(pointer_tmp, f"{name} {bytes_checksum(raw)}\n".encode("ascii"))
-    os.replace(pointer_tmp, root / CURRENT_FILE)  # the commit point
-    fsync_dir(root)
-    logger.debug("corpus %s now at %s (%d files)", root, name, len(table))
-    _remove_stale(root, keep=name)
+    if not commit:
+        return Generation(root=root, name=name, manifest=full)
+    pause_point("before-current")
+    point_current(root, name, bytes_checksum(raw))
+    logger.info("committed %s: generation %s (%d files)", root, name, len(table))
+    remove_superseded(root, keep=[name])
     return Generation(root=root, name=name, manifest=full)

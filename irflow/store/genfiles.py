@@ -26,6 +26,7 @@ import attrs
 import numpy as np
 
 from irflow.errors import CorpusError
+from irflow.util.corpusmarks import CURRENT_FILE, CURRENT_LIMIT, GEN_RE, MARKER_FILE, MARKER_TEXT, POINTER_RE, TMP_GEN_RE
 
 try:  # POSIX advisory locks; on other platforms writers are simply not serialized
     import fcntl
@@ -34,22 +35,17 @@ except ImportError:  # pragma: no cover - Windows
 
 logger = logging.getLogger("irflow.store.generations")  # one logger for the generation machinery
 
-CURRENT_FILE = "CURRENT"
+# The markers of a corpus directory (CURRENT and its pointer, the generation names, the marker file) are
+# defined in irflow.util.corpusmarks, where the writers of a user's files look for them too.
 MANIFEST_FILE = "manifest.json"
 LOCK_FILE = ".lock"
-#: Written first into every directory irflow creates in a corpus: the proof that irflow may remove it.
-MARKER_FILE = ".irflow-generation"
 GEN_PREFIX = "gen-"
 TMP_PREFIX = ".tmp-"
-#: Largest ``CURRENT`` and ``manifest.json`` irflow reads (both are far smaller).
-CURRENT_LIMIT = 256
+#: Largest ``manifest.json`` irflow reads (far larger than any; ``CURRENT``'s is CURRENT_LIMIT).
 MANIFEST_LIMIT = 1 << 20
 
-# The exact names irflow makes; nothing else in a corpus directory is ever removed.
-GEN_RE = re.compile(r"^gen-(\d{6,})\Z")
-TMP_GEN_RE = re.compile(r"^\.tmp-gen-(\d{6,})-[0-9a-f]{8}\Z")
+# The exact names irflow makes (GEN_RE, TMP_GEN_RE and this); nothing else in a corpus directory is ever removed.
 _TMP_CURRENT_RE = re.compile(r"^\.tmp-CURRENT-[0-9a-f]{8}\Z")
-POINTER_RE = re.compile(r"^(gen-\d{6,}) ([0-9a-f]{32})\n?\Z")
 #: What a file listed in a manifest may be called: a plain name, no path, no leading dot.
 FILE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}\Z")
 _DIGEST_RE = re.compile(r"^[0-9a-f]{32}\Z")
@@ -62,7 +58,6 @@ FILE_CHECKSUM = "crc32"
 #: Checksum name -> the form of its digest in a manifest entry.
 DIGEST_FORMS = {"crc32": re.compile(r"^[0-9a-f]{8}\Z"), "blake2b": _DIGEST_RE}
 _HASH_CHUNK = 16 << 20
-MARKER_TEXT = b"irflow generation: irflow may remove this directory's listed files\n"
 _CHUNK = 1 << 20
 
 @attrs.frozen
@@ -400,3 +395,67 @@ def remove_files(directory: Path, names: Iterable[str] | None) -> None:
     except OSError:
         logger.warning("left %s in place: it holds files irflow did not write (%s)", directory,
                        ", ".join(sorted(p.name for p in directory.iterdir())[:5]))
+
+
+# -- removal ----------------------------------------------------------------------------------------
+
+
+def _remove_generation(path: Path) -> None:
+    """Remove an old generation's own files, unless a reader holds it (then a later writer does)."""
+    fd = open_directory(path)
+    if fd is None:
+        return
+    try:
+        try:
+            flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB if fcntl is not None else 0)
+        except BlockingIOError:
+            logger.debug("kept %s: a reader is opening it", path)
+            return
+        listed = listed_files(path)
+        if listed is None:
+            logger.warning("left %s in place: it has no readable manifest saying which files irflow wrote", path)
+            return
+        remove_files(path, [*listed, MANIFEST_FILE, MARKER_FILE])
+        logger.debug("removed %s: a newer generation replaced it", path)
+    finally:
+        os.close(fd)
+
+
+def remove_superseded(root: Path, keep: Iterable[str]) -> None:
+    """Remove generations not in *keep* and leftovers of killed writers — only what irflow provably wrote (under the lock).
+
+    A generation a reader holds stays (a later writer removes it).
+    """
+    kept = set(keep)
+    for entry in root.iterdir():
+        if entry.name in kept:
+            continue
+        try:
+            if is_generation(entry):
+                _remove_generation(entry)
+            elif is_temporary(entry):
+                remove_files(entry, None)
+            elif is_pointer_temp(entry):
+                entry.unlink()
+        except OSError as exc:  # best effort: a leftover costs disk space, never correctness
+            logger.warning("could not remove %s (%s)", entry, exc)
+
+
+def remove_corpus(root: Path) -> None:
+    """Remove a corpus directory irflow no longer uses: its pointer, then what :func:`remove_superseded` may remove.
+
+    The directory goes only when that empties it: a generation a reader
+    still holds, or a file irflow did not write, keeps it (call this holding
+    :func:`irflow.store.generations.locked`: the lock file goes last).
+    """
+    try:
+        pointer = read_small_file(root / CURRENT_FILE, CURRENT_LIMIT)
+    except (OSError, CorpusError):
+        pointer = b""
+    if POINTER_RE.match(pointer.decode("ascii", "replace")):  # only irflow's: LevelDB directories have a CURRENT too
+        os.unlink(root / CURRENT_FILE)
+    remove_superseded(root, keep=())
+    with contextlib.suppress(OSError):
+        if stat.S_ISREG(lstat_mode(root / LOCK_FILE)):
+            os.unlink(root / LOCK_FILE)
+        os.rmdir(root)

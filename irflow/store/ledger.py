@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import numpy as np
+
 from irflow.errors import NoLedgerEntry
 from irflow.store.paths import resolve_corpus_path
 from irflow.store.opening import load_store
@@ -76,6 +78,8 @@ def records_for_artifact(store_or_corpus_or_name: Any, artifact_id: str, *, surf
                 "the ledger is stale (an interrupted build or an out-of-band delete_record); rebuild the corpus to repair it"
             )
         records.append(store.get(record_id))
+        if records[-1].artifact_id != artifact_id:
+            store.check_ledger_rows(artifact_id, np.array([store.row_of(record_id)], dtype=np.int64))
     if surface_kind is not None:
         records = [r for r in records if r.surface_kind == surface_kind]
     # The ledger is written in plan order already; sorting keeps the promise even for a hand-made ledger.

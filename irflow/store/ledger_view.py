@@ -74,6 +74,11 @@ class LedgerView(Mapping[str, tuple[str, ...]]):
         self._surface_indices_of = surface_indices_of
         self._order: list[str] | None = None
 
+    @property
+    def where(self) -> str:
+        """How messages name this ledger: the parts' ledger files."""
+        return ", ".join(dict.fromkeys(part.table.where for part in self.parts))
+
     @staticmethod
     def _listed(part: LedgerPart, found: tuple[np.ndarray, list[str]] | None) -> tuple[np.ndarray, list[str]] | None:
         """A part's entry less its unlisted rows (None when they were all unlisted)."""

@@ -25,7 +25,7 @@ from irflow.kernels.filters import CompiledFilter, compile_filter
 from irflow.store.record_store import CorpusStore
 from irflow.util.cachekey import UnkeyableError, cache_key
 
-__all__ = ["CandidateMasks", "MASK_CACHE_SIZE", "Warned", "check_surfaces", "warn_unknown_field"]
+__all__ = ["CandidateMasks", "MASK_CACHE_SIZE", "Warned", "check_surfaces", "field_paths", "warn_unknown_field"]
 
 #: Distinct (filter, surfaces) masks kept per corpus; each costs n_rows bytes.
 MASK_CACHE_SIZE = 64
@@ -50,7 +50,7 @@ def _closest_hint(word: str, options: Iterable[str]) -> str:
     return f" (did you mean {match[0]!r}?)" if match else ""
 
 
-def _field_paths(metadata: Iterable[Mapping[str, Any]], depth: int = 3) -> list[str]:
+def field_paths(metadata: Iterable[Mapping[str, Any]], depth: int = 3) -> list[str]:
     """Every dotted field path of these metadata mappings (nested mappings, also inside lists), sorted."""
     found: set[str] = set()
 
@@ -103,6 +103,7 @@ class CandidateMasks:
         self._mask_facts: dict[int, tuple[np.ndarray, int, bool]] = {}
         self._live_facts: tuple[int, int, np.ndarray | None] | None = None
         self.warned = Warned() if warned is None else warned  # ("field" | "surface", name) already warned about
+        self._field_paths: tuple[int, list[str]] | None = None  # (store version, the live records' field paths)
         self._lock = threading.Lock()
 
     @property
@@ -218,22 +219,37 @@ class CandidateMasks:
             return False, False
         return True, facts[2]
 
-    def _check_fields(self, paths: Iterable[str]) -> None:
-        """Warn, once per (corpus, path), about a filter path no live record has (a misspelled field)."""
-        for path in paths:
-            if ("field", path) in self.warned or self.has_field(path):
-                continue
-            if self.warned.first("field", path):
+    def _check_fields(self, paths: Sequence[str]) -> None:
+        """Warn, once per (corpus, path), about a filter path no live record has (a misspelled field).
+
+        Costs a bounded number of walks over the metadata whatever the number
+        of paths: their columns come from one index of every field when there
+        are many (a misspelled one costs nothing more), and the fields a
+        warning lists are gathered once per corpus state.
+        """
+        todo = [path for path in paths if ("field", path) not in self.warned]
+        if not todo:
+            return
+        self.columns.prepare(todo)
+        for path in todo:
+            if not self.has_field(path) and self.warned.first("field", path):
                 warn_unknown_field(self.label, path, self.field_paths(), stacklevel=5)
 
     def has_field(self, path: str) -> bool:
         """Whether some live row's metadata has the field ``path``."""
-        return bool((self.columns.column(path).present & self.store.live).any())
+        return self.columns.column(path).present_in(self.store.live)
 
     def field_paths(self) -> list[str]:
-        """Every dotted field path of the live rows' metadata, sorted (what a misspelled field's warning lists)."""
-        store = self.store
-        return _field_paths(store.metadata[i] for i in np.flatnonzero(store.live).tolist())
+        """Every dotted field path of the live records' metadata, sorted: what a misspelled-field warning lists.
+
+        One walk over the live metadata, kept until the corpus changes (a delete).
+        """
+        version = self.store.version  # read first: the list is never newer than its label
+        cached = self._field_paths
+        if cached is None or cached[0] != version:
+            live = np.flatnonzero(self.store.live).tolist()
+            cached = self._field_paths = (version, field_paths(self.store.metadata[i] for i in live))
+        return cached[1]
 
 
 class Warned:

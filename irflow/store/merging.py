@@ -180,8 +180,12 @@ class MergedParts:
                 mask = np.zeros(view.n_rows, dtype=bool)
                 mask[rows] = True
             masks.append(mask)
+        for view in self.views:  # an index read from files: its exact cross-checks, before it is copied
+            view.postings.check_pending()
         vocab, arrays = merge_postings([v.postings for v in self.views], masks)
-        return Postings(vocab=vocab, **arrays)
+        return Postings(vocab=vocab, term_offsets=arrays["term_offsets"], post_rows=arrays["post_rows"],
+                        post_tfs=arrays["post_tfs"], doc_lengths=arrays["doc_lengths"],
+                        row_offsets=arrays["row_offsets"], row_terms=arrays["row_terms"])
 
     def vector_blocks(self) -> Iterator[np.ndarray]:
         """The kept rows' vectors, a block at a time (checked first: a damaged matrix is not copied)."""

@@ -34,7 +34,12 @@ read.  Reading verifies sizes always and checksums unless ``verify=False``:
 every file on open, except the vectors, which are mapped and verified on
 first dense use (with the check of their norms: one pass, which a
 lexical-only use never pays); anything off raises ``CorpusError`` naming the
-file — a damaged corpus never answers.
+file — a damaged corpus never answers.  Files edited with their checksums
+recomputed are caught by consistency checks, vectorized per array: the
+manifest's kinds (each once, each held by a row) and counts against the files,
+the ledger (no row twice; a row of another artifact when its entry is read),
+the postings (:mod:`irflow.kernels.postings_checks`; the exact row-by-row
+ones on first lexical use).
 
 >>> # save_corpus(root, ...) writes a generation; load_store(root) reads only
 >>> # the store files (no vectors, no postings) for sibling lookups.
@@ -43,7 +48,6 @@ file — a damaged corpus never answers.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Mapping, TypeVar
@@ -58,6 +62,7 @@ from irflow.store import recordfiles
 from irflow.store.recordfiles import all_of_type, load_array, load_json
 from irflow.store.record_store import CorpusStore
 from irflow.kernels.text import Analyzer
+from irflow.util.unicode import json_text
 
 __all__ = [
     "check_format",
@@ -131,7 +136,8 @@ class StoredCorpus:
 
 def _json_bytes(value: Any, what: str) -> bytes:
     try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        # UTF-8 whatever it holds: a model path whose bytes are not UTF-8 is written as its \\uXXXX escapes
+        return json_text(value, separators=(",", ":")).encode("utf-8")
     except (TypeError, ValueError) as exc:
         raise CorpusError(
             f"cannot write {what} as JSON ({exc}); on-disk corpora store metadata as JSON — "
@@ -151,11 +157,16 @@ def save_corpus(
     vectors: np.ndarray | None,
     analyzer: Mapping[str, Any],
     embedder: EmbedderInfo | None,
+    extra_files: Mapping[str, gens.Payload] | None = None,
+    commit: bool = True,
 ) -> gens.Generation:
     """Write a corpus to *root* as a new generation and switch to it atomically.
 
     Over an existing corpus this is a rebuild: readers see the old corpus
     until the single ``os.replace`` of ``CURRENT``, then the new one.
+    ``extra_files`` go into the generation too (checksummed like the rest; a
+    shard's global rows); ``commit=False`` writes the generation without
+    making it live (see :func:`irflow.store.generations.write_generation`).
     """
     root = Path(root)
     gens.check_writable_root(root)  # before locking, so a foreign directory gets no .lock file
@@ -168,6 +179,10 @@ def save_corpus(
         files[_postings_file(name)] = np.ascontiguousarray(array)
     if vectors is not None:
         files[VECTORS_FILE] = np.ascontiguousarray(vectors, dtype=np.float32)
+    for name, payload in (extra_files or {}).items():
+        if name in files:
+            raise ValueError(f"an extra corpus file may not be named {name!r}: the corpus has a file of that name")
+        files[name] = payload
     manifest = {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
@@ -186,8 +201,9 @@ def save_corpus(
         "postings_arrays": sorted(postings.arrays()),
     }
     with gens.locked(root):
-        generation = gens.write_generation(root, files, manifest)
-    store.set_tombstone_writer(TombstoneWriter(generation))
+        generation = gens.write_generation(root, files, manifest, commit=commit)
+    if commit:
+        store.set_tombstone_writer(TombstoneWriter(generation))
     return generation
 
 
@@ -269,6 +285,9 @@ def check_format(generation: gens.Generation) -> None:
     kinds = manifest.get("kinds", [])
     if not isinstance(kinds, list) or not all(type(k) is str for k in kinds):
         raise _bad_manifest(generation, "'kinds' must be a list of surface kind names")
+    if len(set(kinds)) != len(kinds):  # a kind listed twice would split its rows between two codes
+        twice = sorted({k for k in kinds if kinds.count(k) > 1})
+        raise _bad_manifest(generation, f"'kinds' lists {', '.join(map(repr, twice))} more than once")
     names = manifest.get("postings_arrays", list(ARRAY_NAMES))
     if not isinstance(names, list) or not all(isinstance(n, str) and n in ARRAY_NAMES for n in names):
         raise _bad_manifest(generation, f"'postings_arrays' must list names among {list(ARRAY_NAMES)}")
@@ -351,12 +370,21 @@ def _load_tombstones(generation: gens.Generation, *, verify: bool) -> np.ndarray
     return load_rows(generation, TOMBSTONES_FILE, generation.manifest["counts"]["rows"], verify=verify)
 
 
+def _check_count(generation: gens.Generation, key: str, found: int, what: str) -> None:
+    """The manifest's ``counts[key]`` (when written) is ``found``, what the files hold."""
+    said = generation.manifest["counts"].get(key)
+    if said is not None and said != found:
+        raise _bad_manifest(generation, f"'counts' says {said} {what}, but the files hold {found}")
+
+
 def store_from(generation: gens.Generation, *, verify: bool, name: str | None) -> CorpusStore:
     version = generation.manifest["version"]
     gens.verify_files(generation, STORE_FILES[version], checksums=verify)
     deleted = _load_tombstones(generation, verify=False)  # just verified
     read = recordfiles.read_v2 if version == 2 else recordfiles.read_v1
     store = read(generation, deleted, name)
+    _check_count(generation, "live", store.n_rows - int(deleted.size), "live records")
+    _check_count(generation, "artifacts", len(store.ledger_table), "artifacts in the ledger")
     store.set_tombstone_writer(TombstoneWriter(generation))
     return store
 
@@ -387,9 +415,20 @@ def load_store(root: Path, *, verify: bool = True, name: str | None = None) -> C
     return retrying(Path(root), lambda generation: store_from(generation, verify=verify, name=name))
 
 
-def load_corpus(root: Path, *, verify: bool = True, name: str | None = None) -> StoredCorpus:
-    """Every part of the corpus at *root*, verified (checksums unless ``verify=False``), arrays memory-mapped."""
-    return retrying(Path(root), lambda generation: corpus_from(generation, verify=verify, name=name))
+def load_corpus(root: Path, *, verify: bool = True, name: str | None = None,
+                generation: tuple[str, str, str] | None = None) -> StoredCorpus:
+    """Every part of the corpus at *root*, verified (checksums unless ``verify=False``), arrays memory-mapped.
+
+    ``generation``: (name, manifest checksum, where they are recorded) of the
+    generation to read instead of ``CURRENT``'s (a shard of a sharded
+    corpus: the one its manifest names), held while it is read.
+    """
+    if generation is None:
+        return retrying(Path(root), lambda live: corpus_from(live, verify=verify, name=name))
+    name_of, digest, recorded_in = generation
+    with gens.holding(Path(root), name_of, digest, recorded_in=recorded_in) as held:
+        check_format(held)
+        return corpus_from(held, verify=verify, name=name)
 
 
 def corpus_from(generation: gens.Generation, *, verify: bool, name: str | None) -> StoredCorpus:
@@ -405,9 +444,12 @@ def corpus_from(generation: gens.Generation, *, verify: bool, name: str | None) 
     if not isinstance(vocab, list) or not all_of_type(vocab, str):
         raise CorpusError(f"{generation.dir}/{VOCAB_FILE} is not a list of terms; the corpus is damaged — rebuild it")
     try:
-        postings = Postings.from_arrays(vocab, arrays, n_rows=rows, label=_postings_file)
+        postings = Postings.from_arrays(vocab, arrays, n_rows=rows,
+                                        label=lambda array: f"{generation.dir}/{_postings_file(array)}")
     except CorpusError as exc:
-        raise CorpusError(f"{generation.dir}: {exc}; the corpus is damaged — rebuild it") from None
+        raise CorpusError(f"{exc}; the corpus is damaged — rebuild it") from None
+    _check_count(generation, "terms", postings.vocab_size, "terms")
+    _check_count(generation, "postings", postings.n_postings, "postings")
     info = manifest.get("embedder")
     try:
         embedder = None if info is None else EmbedderInfo(**info)

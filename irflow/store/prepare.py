@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping
 
-import attrs
-
-from irflow.errors import CorpusError
+from irflow.errors import RecordError
+from irflow.store.recordcheck import checked_record, record_label
 from irflow.store.records import Record
 
 __all__ = ["prepare_records"]
@@ -29,15 +28,17 @@ def _to_record(item: Any, position: int) -> Record:
         try:
             return Record.from_dict(item)
         except (TypeError, ValueError) as exc:
-            raise CorpusError(f"record #{position} is invalid: {exc}") from exc
-    raise CorpusError(f"record #{position} is a {type(item).__name__}; pass irflow.Record objects or dicts with the same keys")
+            raise RecordError(f"record #{position} is invalid: {exc}") from exc
+    raise RecordError(f"record #{position} is a {type(item).__name__}; pass irflow.Record objects or dicts with the same keys")
 
 
 def prepare_records(records: Iterable[Any], *, duplicates: list[tuple[int, int, str]] | None = None,
                     first_index: Callable[[str], int | None] | None = None) -> list[Record]:
-    """Records with every ``surface_index`` and ``id`` filled, checked for duplicates.
+    """Records as a corpus stores them: checked, every ``surface_index`` and ``id`` filled, no duplicates.
 
-    An omitted ``surface_index`` is the record's position among its
+    Each record is checked (:func:`~irflow.store.recordcheck.checked_record`:
+    UTF-8 text, JSON metadata, as a stored corpus holds them); a
+    :class:`RecordError` names the record and the field.  An omitted ``surface_index`` is the record's position among its
     artifact's records in input order (one index across all kinds); explicit
     indices are kept.  Ids default to :meth:`Record.make_id`.  Two records of
     one artifact with the same index, or two records with the same id, are an
@@ -57,9 +58,12 @@ def prepare_records(records: Iterable[Any], *, duplicates: list[tuple[int, int, 
         seen = seen_per_artifact.get(record.artifact_id, 0)
         seen_per_artifact[record.artifact_id] = seen + 1
         ordinal = seen if first_index is None else seen + (first_index(record.artifact_id) or 0)
-        if record.surface_index is None:
-            # evolve keeps an explicit id; Record fills a missing one from the index.
-            record = attrs.evolve(record, surface_index=ordinal)
+        try:
+            # one copy: the checked metadata, and the index when omitted (evolve keeps an explicit id;
+            # Record fills a missing one from the index)
+            record = checked_record(record, **({"surface_index": ordinal} if record.surface_index is None else {}))
+        except RecordError as error:
+            raise RecordError(f"record #{position} ({record_label(record)}): {error}") from None
         key = (record.artifact_id, record.surface_index)
         record_id = str(record.id)  # Record fills it once surface_index is known
         if key in index_owner and duplicates is not None:
@@ -67,7 +71,7 @@ def prepare_records(records: Iterable[Any], *, duplicates: list[tuple[int, int, 
                                                             f"{record.artifact_id!r} again"))
             continue
         if key in index_owner:
-            raise CorpusError(
+            raise RecordError(
                 f"records #{index_owner[key]} and #{position} are both surface_index {record.surface_index} of "
                 f"artifact {record.artifact_id!r}; give each surface of an artifact its own index (or omit them all)"
             )
@@ -75,7 +79,7 @@ def prepare_records(records: Iterable[Any], *, duplicates: list[tuple[int, int, 
             duplicates.append((position, id_owner[record_id], f"record id {record_id!r} again"))
             continue
         if record_id in id_owner:
-            raise CorpusError(
+            raise RecordError(
                 f"records #{id_owner[record_id]} and #{position} have the same id {record_id!r}; record ids must be unique"
             )
         index_owner[key] = position

@@ -24,7 +24,7 @@ from irflow.kernels.postings import Postings
 from irflow.kernels.text import Analyzer
 from irflow.kernels.topk import TopK
 from irflow.store.persist import EmbedderInfo
-from irflow.store.protocol import Siblings
+from irflow.store.protocol import CorpusSettings, Siblings
 from irflow.store.record_store import CorpusStore
 from irflow.store.records import Record, SearchHit
 from irflow.store.segment import CorpusContext
@@ -148,6 +148,17 @@ class CorpusReader:
         """Columnar metadata for filters, built on first use (a lexical-only lookup never pays for it)."""
         columns: MetadataColumns = self._state.view.columns
         return columns
+
+    def field_paths(self) -> list[str]:
+        """The dotted field paths of the live records' metadata, sorted (one walk, kept until the corpus changes)."""
+        paths: list[str] = self._state.view.field_paths()
+        return paths
+
+    @property
+    def settings(self) -> CorpusSettings:
+        """The embedder and analyzer this corpus ranks with, by name (the corpus protocol; loads no model)."""
+        settings: CorpusSettings = self._state.view.settings
+        return settings
 
     @property
     def embedder_spec(self) -> str | None:

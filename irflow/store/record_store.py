@@ -454,12 +454,25 @@ class CorpusStore:
             rows, missing = found
             stale.extend((artifact, record_id) for record_id in missing)
             rows = rows[rows >= 0]
+            self.check_ledger_rows(artifact, rows)
             rows = rows[self._live[rows]]
             # the ledger is written in plan order; sorting keeps the promise for a hand-made one
             groups.append(rows[np.argsort(self._surface_indices[rows], kind="stable")])
         offsets = np.concatenate(([0], np.cumsum([g.size for g in groups], dtype=np.int64)))
         flat = np.concatenate(groups) if groups else np.empty(0, np.int64)
         return Siblings(offsets, flat, listed, stale)
+
+    def check_ledger_rows(self, artifact: str, rows: np.ndarray) -> None:
+        """CorpusError when the ledger lists, under ``artifact``, a row of another artifact (checked per lookup)."""
+        if not rows.size:
+            return
+        owners = self.artifact_ids_of(rows)
+        wrong = np.flatnonzero(owners != artifact)
+        if wrong.size:
+            row = int(rows[wrong[0]])
+            raise CorpusError(f"{self._ledger.where}: the ledger lists record {self.record_ids_of([row])[0]!r} under "
+                              f"artifact {artifact!r}, but it is a record of {owners[wrong[0]]!r}; the corpus is "
+                              "damaged — rebuild it")
 
     # -- deletes --------------------------------------------------------------------------
 

@@ -155,19 +155,28 @@ def read_v2(generation: gens.Generation, deleted: np.ndarray, name: str | None, 
                           check=lambda value: type(value) is dict, what="a metadata mapping")
     metadata.validate()
     codes = _int_array(generation, prefix + KIND_CODES_FILE, n, np.int32, 0, len(kinds) - 1)
+    unused = np.flatnonzero(np.bincount(codes, minlength=len(kinds)) == 0)
+    if unused.size:  # a kind no row has would make a surface restriction to it empty, not an error
+        raise _damaged(generation, prefix + KIND_CODES_FILE, f"gives no row the kind {kinds[int(unused[0])]!r} the "
+                                                             "manifest lists")
     surface = _int_array(generation, prefix + SURFACE_INDEX_FILE, n, np.int64, 0, np.iinfo(np.int64).max)
     offsets = load_array(generation, prefix + LEDGER_OFFSETS_FILE)
     n_artifacts = int(offsets.size) - 1
     listed = _int_array(generation, prefix + LEDGER_ROWS_FILE, int(offsets[-1]) if offsets.size else 0, np.int64,
                         -1, n - 1)
     check_offsets(offsets, n_artifacts, int(listed.size), f"{generation.dir}/{prefix}{LEDGER_OFFSETS_FILE}")
+    held = listed[listed >= 0]
+    if held.size and int(np.bincount(held, minlength=n).max()) > 1:  # a record has one place in one artifact
+        twice = int(np.flatnonzero(np.bincount(held, minlength=n) > 1)[0])
+        raise _damaged(generation, prefix + LEDGER_ROWS_FILE, f"lists row {twice} more than once")
     ledger_artifacts = _string_column(generation, prefix + _STRINGS["ledger"], n_artifacts)
     missing = load_json(generation, prefix + LEDGER_MISSING_FILE)
     if not isinstance(missing, list) or not all_of_type(missing, str) or len(missing) != int((listed < 0).sum()):
         raise _damaged(generation, prefix + LEDGER_MISSING_FILE, "is not the list of the ledger's ids the store lacks")
 
     def ledger(record_ids_of: Callable[[np.ndarray], np.ndarray]) -> LedgerTable:
-        return LedgerTable(ledger_artifacts, offsets, listed, missing, record_ids_of)
+        return LedgerTable(ledger_artifacts, offsets, listed, missing, record_ids_of,
+                           where=f"{generation.dir}/{prefix}{LEDGER_ROWS_FILE}")
     return CorpusStore.from_columns(record_ids=ids, artifact_ids=artifacts, kinds=kinds, kind_codes=codes,
                                     surface_indices=surface, texts=texts, metadata=metadata, ledger=ledger,
                                     deleted_rows=deleted, name=name)
@@ -205,7 +214,7 @@ def read_v1(generation: gens.Generation, deleted: np.ndarray, name: str | None, 
     ledger = load_json(generation, prefix + LEDGER_FILE)
     _check_ledger(generation, ledger, prefix + LEDGER_FILE)
     try:
-        return CorpusStore(
+        store = CorpusStore(
             record_ids=columns["id"],
             artifact_ids=columns["artifact_id"],
             surface_kinds=columns["surface_kind"],
@@ -221,3 +230,5 @@ def read_v1(generation: gens.Generation, deleted: np.ndarray, name: str | None, 
                           "corpus is damaged — rebuild it") from None
     except CorpusError as exc:  # duplicate record ids
         raise CorpusError(f"{generation.dir}/{prefix}{RECORDS_FILE}: {exc}") from None
+    store.ledger_table.where = f"{generation.dir}/{prefix}{LEDGER_FILE}"
+    return store

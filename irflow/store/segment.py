@@ -33,6 +33,7 @@ import numpy as np
 from irflow.errors import EmbedderError
 from irflow.kernels import bm25 as _bm25
 from irflow.kernels import dense as _dense
+from irflow.kernels import dense_kernel as _dense_kernel
 from irflow.kernels.columns import MetadataColumns
 from irflow.kernels.embedders import LazyEmbedder, check_dimension
 from irflow.kernels.filters import CompiledFilter
@@ -42,7 +43,7 @@ from irflow.kernels.topk import TopK
 from irflow.store.gathered import GatheredVectors
 from irflow.store.masks import CandidateMasks, Warned
 from irflow.store.persist import EmbedderInfo
-from irflow.store.protocol import Siblings
+from irflow.store.protocol import CorpusSettings, Siblings
 from irflow.store.record_store import CorpusStore
 from irflow.store.records import Record, SearchHit
 from irflow.store.vectors import VectorCheck
@@ -101,10 +102,15 @@ class CorpusContext:
             return "custom (pass embedder= to open_corpus)"
         return "none (precomputed vectors)"
 
+    def settings(self, has_vectors: bool) -> CorpusSettings:
+        """The embedder and analyzer the corpus ranks with, by name (loads no model)."""
+        return CorpusSettings(self.embedder_label(True) if has_vectors else "none", self.analyzer.name)
+
     def lexical_only_error(self) -> EmbedderError:
         return EmbedderError(
             f"{self.label()} is lexical-only (built with embedder=None): it has no vectors, so dense search "
-            "is unavailable; use lexical search, or rebuild with an embedder (irflow.build(..., embedder='hash'))"
+            "is unavailable; use lexical search, or rebuild with an embedder (irflow.build(records) embeds with "
+            "the model when the models extra is installed, else 'hash')"
         )
 
     def no_embedder_message(self) -> str:
@@ -166,6 +172,7 @@ class Segment:
         self._columns: MetadataColumns | None = None
         self._lock = threading.Lock()
         self.derived: dict[str, Any] = {}  # what updates derive once (text digests and their order), by name
+        self.index = _dense_kernel.IndexSlot()  # the vectors' int8 codes, built on first use, for every view
 
     @property
     def n_rows(self) -> int:
@@ -329,6 +336,15 @@ class SegmentView:
 
     # -- candidates ------------------------------------------------------------------------
 
+    @property
+    def settings(self) -> CorpusSettings:
+        """The embedder and analyzer this corpus ranks with, by name (the corpus protocol; loads no model)."""
+        return self.context.settings(self.dim is not None)
+
+    def field_paths(self) -> list[str]:
+        """The dotted field paths of the live records' metadata, sorted (a misspelled field's warning lists them)."""
+        return self._masks.field_paths()
+
     def candidate_mask(self, filter: "Mapping[str, Any] | CompiledFilter | None" = None,
                        surfaces: Iterable[str] | str | None = None, *, checked: bool = True) -> np.ndarray:
         """Live rows passing *filter* whose kind is in *surfaces* (see :meth:`irflow.store.corpus.Corpus.candidate_mask`).
@@ -386,7 +402,9 @@ class SegmentView:
 
         A query's scores are the same to the bit in any batch, plan, thread
         count or BLAS kernel (see :mod:`irflow.kernels.dense`); the vectors are
-        read-only, so their norm bound is computed once, on the first query.
+        read-only, so their norm bound is computed once, on the first query,
+        and so are their int8 codes where the compiled scan ranks (kept in
+        memory, a quarter of the vectors' bytes: :mod:`irflow.kernels.dense_index`).
         """
         vectors = self.require_vectors()
         queries = self.context.check_queries(query_vectors, self.dim)
@@ -396,7 +414,8 @@ class SegmentView:
                       fetch_k: int) -> TopK:
         """:meth:`dense_topk` of checked query vectors (a corpus of several segments checks them once)."""
         mask = self.effective_mask(mask)
-        return _dense.dense_topk(vectors, queries, mask, fetch_k, gathered=self._gathered_rows(mask, vectors))
+        return _dense.dense_topk(vectors, queries, mask, fetch_k, gathered=self._gathered_rows(mask, vectors),
+                                 index=self.segment.index.get(vectors))
 
     def _gathered_rows(self, mask: np.ndarray | None, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """A selective filter's rows and their vectors, kept from its first dense query (None: not kept).

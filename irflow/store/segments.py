@@ -48,7 +48,7 @@ from irflow.kernels.rowmap import RowMap, merge_topk
 from irflow.kernels.topk import TopK
 from irflow.store.chained_store import SegmentedStore
 from irflow.store.masks import MASK_CACHE_SIZE, _surface_kinds, check_surfaces, warn_unknown_field
-from irflow.store.protocol import Siblings
+from irflow.store.protocol import CorpusSettings, Siblings
 from irflow.store.records import Record, SearchHit
 from irflow.store.segment import CorpusContext, SegmentView
 from irflow.util.cachekey import UnkeyableError, cache_key
@@ -227,6 +227,15 @@ class SegmentsView:
 
     # -- candidates ------------------------------------------------------------------------
 
+    @property
+    def settings(self) -> CorpusSettings:
+        """The embedder and analyzer this corpus ranks with, by name (the corpus protocol; loads no model)."""
+        return self.context.settings(self.dim is not None)
+
+    def field_paths(self) -> list[str]:
+        """The dotted field paths of every segment's live records' metadata, sorted."""
+        return sorted(set().union(*(p.field_paths() for p in self.parts)))
+
     def candidate_mask(self, filter: "Mapping[str, Any] | CompiledFilter | None" = None,
                        surfaces: Iterable[str] | str | None = None) -> np.ndarray:
         """Live rows passing *filter* whose kind is in *surfaces*: each segment's part, joined (one corpus's checks)."""
@@ -259,11 +268,14 @@ class SegmentsView:
     def _check_fields(self, paths: Sequence[str]) -> None:
         """Warn, once per path, about a filter path no live record of any segment has (as one segment does)."""
         warned = self.context.warned
-        for path in paths:
-            if ("field", path) in warned or any(p._masks.has_field(path) for p in self.parts):
+        todo = [path for path in paths if ("field", path) not in warned]
+        for part in self.parts:  # many paths: one walk of each segment's metadata indexes every field
+            part._masks.columns.prepare(todo)
+        for path in todo:
+            if any(p._masks.has_field(path) for p in self.parts):
                 continue
             if warned.first("field", path):
-                known = sorted(set().union(*(p._masks.field_paths() for p in self.parts)))
+                known = self.field_paths()
                 warn_unknown_field(self.context.label(), path, known, stacklevel=5)
 
     def _parts_of(self, mask: np.ndarray | None) -> tuple[list[np.ndarray | None], Any]:

@@ -18,7 +18,9 @@ file left behind by a failed write.
 - :func:`atomic_writer` / :func:`write_atomic` write a temporary file in the
   target's directory, fsync it and ``os.replace`` it over the target: a
   reader sees the old file or the new one, never half of one, and a failed
-  write leaves the old file as it was.
+  write leaves the old file as it was.  They refuse a path inside an irflow
+  corpus (:mod:`irflow.util.corpusmarks`), and remove what writers of the
+  same target that were killed mid-write left behind.
 
 >>> loads_json('{"a": [1, 2]}', "--filter")
 {'a': [1, 2]}
@@ -45,6 +47,7 @@ from typing import IO, Any
 import numpy as np
 
 from irflow.errors import InputError, OutputError
+from irflow.util.corpusmarks import refuse_inside_corpus
 
 __all__ = [
     "MAX_NESTING",
@@ -61,6 +64,7 @@ __all__ = [
     "shown",
     "atomic_writer",
     "write_atomic",
+    "remove_stale_temps",
     "explain_os_error",
 ]
 
@@ -222,11 +226,11 @@ def _json_depth(text: str, limit: int) -> int:
 
 
 def check_json_depth(text: str, where: str, *, limit: int = MAX_NESTING,
-                     error: Callable[[str], Exception] = InputError) -> None:
+                     error: Callable[[str], Exception] = InputError, fix: str = "flatten the value") -> None:
     """``error`` when JSON ``text`` nests lists/objects deeper than ``limit`` (checked before parsing)."""
     depth = _json_depth(text, limit)
     if depth > limit:
-        raise error(f"{where}: nested {depth} levels deep; the limit is {limit} (flatten the value)")
+        raise error(f"{where}: nested {depth} levels deep; the limit is {limit} ({fix})")
 
 
 def too_many_digits() -> str:
@@ -235,19 +239,44 @@ def too_many_digits() -> str:
     return f"a number has more than {limit} digits, the limit Python reads; write a smaller number"
 
 
-def loads_json(text: str, where: str, *, max_depth: int = MAX_NESTING, error: Callable[[str], Exception] = InputError) -> Any:
-    """``json.loads(text)`` within a nesting limit; ``error`` for too deep or too long numbers.
+class _DuplicateKey(Exception):
+    """A JSON object names a key twice (raised inside ``json.loads``; not a ValueError, so it is told apart)."""
 
-    Syntax errors stay :class:`json.JSONDecodeError`, for the caller to word
-    in its context (a line number, an option name).
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def loads_json(text: str, where: str, *, max_depth: int = MAX_NESTING, error: Callable[[str], Exception] = InputError,
+               unique_keys: bool = False, fix: str = "flatten the value") -> Any:
+    """``json.loads(text)`` within a nesting limit; ``error`` for too deep (saying ``fix``) or too long numbers.
+
+    With ``unique_keys`` an object that names a key twice is refused too
+    (``json.loads`` keeps the last without a word): for values a user writes
+    by hand, such as ``--set`` and ``--filter``.  Syntax errors stay
+    :class:`json.JSONDecodeError`, for the caller to word in its context (a
+    line number, an option name).
+
+    >>> loads_json('{"k": 1, "k": 2}', "--set filter", unique_keys=True)
+    Traceback (most recent call last):
+    ...
+    irflow.errors.InputError: --set filter: the key 'k' appears twice in one object; JSON would keep only the last value — remove one
     """
-    check_json_depth(text, where, limit=max_depth, error=error)
+    check_json_depth(text, where, limit=max_depth, error=error, fix=fix)
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_object if unique_keys else None)
+    except _DuplicateKey as duplicate:
+        raise error(f"{where}: the key {duplicate.args[0]!r} appears twice in one object; JSON would keep only the "
+                    "last value — remove one") from None
     except json.JSONDecodeError:
         raise
     except RecursionError:
-        raise error(f"{where}: nested too deeply; the limit is {max_depth} (flatten the value)") from None
+        raise error(f"{where}: nested too deeply; the limit is {max_depth} ({fix})") from None
     except ValueError:  # Python refuses integers longer than sys.get_int_max_str_digits()
         raise error(f"{where}: {too_many_digits()}") from None
 
@@ -288,8 +317,60 @@ def _fsync_directory(directory: Path) -> None:
     os.close(fd)
 
 
+def _temp_name(target: Path) -> str:
+    """The temporary file of a write of ``<name>``: ``.<name>.<pid>.<8 hex>.tmp`` (the writer's process id in it)."""
+    return f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+
+
+def _writer_gone(pid: int) -> bool:
+    """True when no process ``pid`` runs on this machine (a live one, whoever owns it, keeps its file)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return True
+    except (OverflowError, ValueError):  # no process can have such a number
+        return True
+    except OSError:  # EPERM: it exists, another user's
+        return False
+    return False
+
+
+def remove_stale_temps(target: Path) -> list[Path]:
+    """Remove the temporary files that killed writers of ``target`` left beside it; returns them.
+
+    Only names :func:`atomic_writer` makes for this very target
+    (``.<name>.<pid>.<8 hex>.tmp``), only regular files (not a link, not a
+    folder), and only when process ``<pid>`` is gone; a live writer's file
+    stays.  Best effort: what cannot be listed or removed is left.  POSIX
+    only — elsewhere asking after a process by its id could end it — and the
+    process ids are this machine's (a writer on another machine sharing the
+    folder is not seen).
+    """
+    if os.name != "posix":
+        return []
+    pattern = re.compile(rf"^\.{re.escape(target.name)}\.(\d{{1,20}})\.[0-9a-f]{{8}}\.tmp\Z")
+    prefix = f".{target.name}."
+    removed: list[Path] = []
+    try:
+        with os.scandir(target.parent) as listing:
+            entries = list(listing)
+    except OSError:
+        return []
+    for entry in entries:
+        match = pattern.match(entry.name) if entry.name.startswith(prefix) else None
+        if match is None:
+            continue
+        with contextlib.suppress(OSError):
+            if entry.is_file(follow_symlinks=False) and _writer_gone(int(match.group(1))):
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+    return removed
+
+
 @contextlib.contextmanager
-def atomic_writer(path: str | os.PathLike[str], what: str = "file") -> Iterator[IO[bytes]]:
+def atomic_writer(path: str | os.PathLike[str], what: str = "file", *, corpus_file: bool = False) -> Iterator[IO[bytes]]:
     """A binary handle whose content replaces ``path`` atomically when the block ends without error.
 
     The content goes to a new temporary file in ``path``'s directory, is
@@ -300,12 +381,22 @@ def atomic_writer(path: str | os.PathLike[str], what: str = "file") -> Iterator[
     ``path`` and the fix.  A new file gets the usual permissions (umask);
     an existing file keeps its mode.
 
+    A path inside an irflow corpus, or a sharded one, is refused
+    (:class:`OutputError`, before anything is written): a user's output
+    never lands in a corpus.  ``corpus_file=True`` lifts that for a
+    corpus's own files only (the shard manifest and rows files).  Before
+    writing, the temporary files of earlier writers of ``path`` that were
+    killed are removed (:func:`remove_stale_temps`).
+
     >>> with atomic_writer("run.jsonl", "trace") as out:  # doctest: +SKIP
     ...     out.write(b"...")
     """
     target = Path(path)
+    if not corpus_file:
+        refuse_inside_corpus(target, what)
     directory = target.parent
-    tmp = directory / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    remove_stale_temps(target)
+    tmp = directory / _temp_name(target)
     try:
         if target.is_dir():
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(target))
@@ -341,9 +432,10 @@ def _output_reason(error: OSError, target: Path) -> str:
     return text.split(": ", 1)[1] if ": " in text else text
 
 
-def write_atomic(path: str | os.PathLike[str], data: str | bytes, what: str = "file") -> Path:
+def write_atomic(path: str | os.PathLike[str], data: str | bytes, what: str = "file", *,
+                 corpus_file: bool = False) -> Path:
     """Write ``data`` (str as UTF-8) to ``path`` atomically (see :func:`atomic_writer`); returns the path."""
     payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    with atomic_writer(path, what) as handle:
+    with atomic_writer(path, what, corpus_file=corpus_file) as handle:
         handle.write(payload)
     return Path(path)

@@ -73,6 +73,7 @@ __all__ = [
 
 def _prepare(postings: Postings, mask: np.ndarray | None, params: BM25Params,
              corpus_mask: np.ndarray | None, stats: BM25Stats | None = None, stats_key: Any = None) -> _Scorer:
+    postings.check_pending()  # an index read from files: its exact cross-checks, on its first scoring
     if not isinstance(params, BM25Params):
         params = BM25Params.from_mapping(params)
     if stats is not None:

@@ -195,6 +195,7 @@ def partial_stats(postings: Postings, rows: np.ndarray | None, tokens: Iterable[
     >>> partial_stats(p, np.array([True, True, False]), ["b", "zz"]).df["b"]
     2
     """
+    postings.check_pending()  # an index read from files: its exact cross-checks, on its first use
     rows = _check_mask(rows, postings.n_rows, "rows")
     stats = _stats(postings, rows)
     offsets, post_rows = postings.term_offsets, postings.post_rows
