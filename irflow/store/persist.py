@@ -361,7 +361,7 @@ def load_rows(generation: gens.Generation, file: str, n_rows: int, *, verify: bo
         raise CorpusError(f"{generation.dir}/{file} names rows outside 0..{n_rows - 1}; the corpus is damaged — "
                           "rebuild it")
     if bool((np.diff(rows) <= 0).any()):
-        raise CorpusError(f"{generation.dir}/{file} does not name its rows once each, ascending; the corpus is "
+        raise CorpusError(f"{generation.dir}/{file} does not list rows once each, ascending; the corpus is "
                           "damaged — rebuild it")
     return rows
 
