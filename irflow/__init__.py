@@ -28,6 +28,8 @@ from irflow.api.constants import (
     ScoreBoost,
 )
 from irflow.store.corpus import Corpus, build
+from irflow.store.mergepolicy import MergePolicy
+from irflow.store.updates import UpdateReport
 from irflow.api.boosts import dependency_evidence_boost
 from irflow.kernels.embedders import Embedder, resolve_embedder
 from irflow.errors import (
@@ -37,6 +39,7 @@ from irflow.errors import (
     FilterError,
     IrflowError,
     IrflowWarning,
+    MissingRecordWarning,
     NoLedgerEntry,
     ParameterError,
     RecipeError,
@@ -93,7 +96,9 @@ __all__ = [
     "Identity",
     "IrflowError",
     "IrflowWarning",
+    "MissingRecordWarning",
     "MODES",
+    "MergePolicy",
     "NoLedgerEntry",
     "ParameterError",
     "QueryBatch",
@@ -115,6 +120,7 @@ __all__ = [
     "StageError",
     "UnknownFieldWarning",
     "UnknownSurfaceWarning",
+    "UpdateReport",
     "Trace",
     "__version__",
     "as_retriever",

@@ -273,6 +273,10 @@ class RerankerUnavailableWarning(IrflowWarning):
     """The cross-encoder reranker's optional dependency is missing; the first-stage ranking is kept."""
 
 
+class MissingRecordWarning(IrflowWarning):
+    """``corpus.delete`` / ``delete_artifact`` with ``missing="ok"`` was given ids or artifacts the corpus does not hold live."""
+
+
 class LedgerWarning(IrflowWarning):
     """Expansion skipped ledger entries it could not resolve (a stale ledger, or no entry at all)."""
 

@@ -200,7 +200,7 @@ def _edit_manifest(root: Path, change: Callable[[dict], None]) -> None:
      "lists a file named '../../../etc/passwd'"),
     (lambda m: m["files"]["ledger.rows.npy"].pop("bytes"), "ill-formed entry for 'ledger.rows.npy'"),
     (lambda m: m["files"]["ledger.rows.npy"].update(bytes=-1), "ill-formed entry for 'ledger.rows.npy'"),
-    (lambda m: m.update(version=3), "corpus format version 3 is unknown to this irflow"),
+    (lambda m: m.update(version=4), "corpus format version 4 is unknown to this irflow"),
     (lambda m: m.update(version=True), "corpus format version True is unknown"),
     (lambda m: m["files"].update({"vocab.json": "x"}), "ill-formed entry for 'vocab.json'"),
     (lambda m: m.update(files=[]), "no 'files' table"),

@@ -196,6 +196,12 @@ def test_the_kernel_switch() -> None:
             pass
 
 
+def _index(corpus: irflow.Corpus) -> dense_kernel.IndexSlot:
+    """The slot of a one-segment corpus's int8 codes (kept by its segment, shared by every state of it)."""
+    (part,) = corpus._state.parts
+    return part.segment.index
+
+
 def test_a_corpus_builds_its_codes_once_and_answers_as_without_them() -> None:
     rng = np.random.default_rng(11)
     matrix = make_matrix("duplicates", 3000, 16, rng)
@@ -208,15 +214,15 @@ def test_a_corpus_builds_its_codes_once_and_answers_as_without_them() -> None:
         warnings.simplefilter("error")
         with dense_kernel.use_kernel("numpy"):
             expected = [as_tuples(corpus.dense_topk(queries, m, 25)) for m in (None, mask)]
-            assert corpus._index.get(corpus.vectors) is None
+            assert _index(corpus).get(corpus.vectors) is None
         with dense_kernel.use_kernel("numba"):
             got = [as_tuples(corpus.dense_topk(queries, m, 25)) for m in (None, mask)]
-            index = corpus._index.get(corpus.vectors)
-            assert index is not None and corpus._index.get(corpus.vectors) is index  # built once
+            index = _index(corpus).get(corpus.vectors)
+            assert index is not None and _index(corpus).get(corpus.vectors) is index  # built once
     assert got == expected
     assert index.codes.shape == matrix.shape and not index.codes.flags.writeable
     with dense_kernel.use_kernel("numba"):
-        assert corpus.with_embedder("hash:16")._index.get(corpus.vectors) is index  # shared, not rebuilt
+        assert _index(corpus.with_embedder("hash:16")).get(corpus.vectors) is index  # shared, not rebuilt
     assert index.nbytes < matrix.nbytes  # a quarter of the vectors, plus a few numbers per row
 
 

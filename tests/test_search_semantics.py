@@ -251,7 +251,7 @@ def test_rerank_text_callable_gets_corpus_and_metadata(corpus):
         return f"{meta['owner']} owns it " * 20
 
     search(corpus, Q, rerank=reranker, rerank_text=text, rerank_max_chars=15, fetch_k=3)
-    assert seen and all(c is corpus for c in seen)
+    assert seen and all(c is corpus.snapshot() for c in seen)  # the state the run reads (one, throughout)
     assert [s["text"] for s in reranker.calls[0][1]] == [
         (f"{s['metadata']['owner']} owns it " * 20)[:15] for s in reranker.calls[0][1]]
 

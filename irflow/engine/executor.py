@@ -44,7 +44,7 @@ from irflow.engine.result import Result
 from irflow.engine.shortfall import Shortfall, find_shortfalls
 from irflow.engine.stage import Stage, StageContext
 from irflow.errors import ArgumentError, ParameterError, RecipeError, StageError
-from irflow.store.protocol import CorpusProtocol
+from irflow.store.protocol import CorpusProtocol, pinned
 from irflow.util.cachekey import UnkeyableError, cache_key
 from irflow.util.fileio import check_nesting
 from irflow.util.unicode import check_text, find_lone_surrogate, surrogate_reason
@@ -217,7 +217,11 @@ _SCALARS: frozenset[type] = frozenset({int, float, str, bool, type(None)})
 def run_recipe(recipe: RecipeSpec, corpus: CorpusProtocol, query_or_queries: Any, *, trace: bool = False,
                overrides: Mapping[str, Any] | None = None, cache: StageCache | None = None,
                output: str | None = None, params: Mapping[str, Any] | None = None) -> Result:
-    """Run ``recipe`` on ``corpus`` (see :meth:`irflow.engine.recipe.Recipe.run`)."""
+    """Run ``recipe`` on ``corpus`` (see :meth:`irflow.engine.recipe.Recipe.run`).
+
+    The run reads one state of the corpus throughout (:func:`irflow.store.protocol.pinned`).
+    """
+    corpus = pinned(corpus)
     run = _Run.prepare(recipe, corpus, query_or_queries, trace=trace, overrides=overrides or {}, cache=cache,
                        output=output, params=params or {})
     if run.recorder is None and run.keys is None and not run.injected:

@@ -55,9 +55,9 @@ from irflow.store.paths import resolve_corpus_path
 from irflow.store.protocol import CorpusSettings, Siblings
 from irflow.store.records import Record, SearchHit
 from irflow.shard.backend import Backend, Call, InProcessBackend
+from irflow.kernels.rowmap import RowMap, merge_topk
 from irflow.shard.disk import open_committed
 from irflow.shard.manifest import ShardManifest
-from irflow.shard.merge import RowMap, merge_topk
 from irflow.shard.ray_backend import RayBackend  # imports Ray itself only when a RayBackend is made
 from irflow.kernels.text import Analyzer
 from irflow.kernels.topk import TopK

@@ -1,4 +1,4 @@
-"""The store: records, corpora (in memory and on disk), persistence, generations, the ledger.
+"""The store: records, corpora (in memory and on disk, updated in place), persistence, generations, the ledger.
 
 May import: :mod:`irflow.kernels`, :mod:`irflow.util`, :mod:`irflow.errors`.
 """

@@ -30,6 +30,7 @@ from typing import Any, Callable, overload
 import numpy as np
 
 from irflow.errors import CorpusError
+from irflow.kernels.digests import KeyIndex
 
 __all__ = ["StringColumn", "JsonColumn", "LedgerTable", "check_offsets", "utf8_chunks", "utf8_offsets"]
 
@@ -325,6 +326,7 @@ class LedgerTable(Mapping[str, tuple[str, ...]]):
         self.where = where  # how messages name it: its file, for a stored corpus
         self._record_ids_of = record_ids_of
         self._index: dict[str, int] | None = None
+        self._keys: KeyIndex | None = None
         self._missing_at: dict[int, str] | None = None
 
     @classmethod
@@ -341,27 +343,49 @@ class LedgerTable(Mapping[str, tuple[str, ...]]):
         missing = [rid for ids in ledger.values() for rid in ids if rid not in row_of] if (rows < 0).any() else []
         return cls(artifacts, offsets, rows, missing, record_ids_of)
 
-    def index(self, artifact: str) -> int | None:
-        """The position of *artifact* in the ledger, or None (the artifact -> position dict is built once)."""
+    def positions(self, artifacts: Sequence[str]) -> np.ndarray:
+        """The position of each artifact in the ledger, -1 for one it does not list.
+
+        Stored artifacts are found by digest (:class:`irflow.kernels.digests.KeyIndex`,
+        built once: no decoding of every name); others through a dict built once.
+        """
+        names = self.artifacts
+        if isinstance(names, StringColumn):
+            if self._keys is None:
+                self._keys = KeyIndex(names.blob, names.offsets)
+            return self._keys.find(list(artifacts))
         if self._index is None:
-            artifacts = self.artifacts
-            names = artifacts.to_array().tolist() if isinstance(artifacts, StringColumn) else list(artifacts)
-            self._index = dict(zip(names, range(len(names))))
-        return self._index.get(artifact)
+            held = list(names)
+            self._index = dict(zip(held, range(len(held))))
+        get = self._index.get
+        return np.fromiter((get(a, -1) for a in artifacts), dtype=np.int64, count=len(artifacts))
+
+    def index(self, artifact: str) -> int | None:
+        """The position of *artifact* in the ledger, or None."""
+        found = int(self.positions([artifact])[0])
+        return None if found < 0 else found
 
     def entry(self, artifact: str) -> tuple[np.ndarray, list[str]] | None:
         """(listed rows in plan order, -1 where the id is not held; the ids of those -1 entries), or None if unlisted."""
-        i = self.index(artifact)
-        if i is None:
-            return None
-        start, end = int(self.offsets[i]), int(self.offsets[i + 1])
-        rows = self.rows[start:end]
-        gone = np.flatnonzero(rows < 0)
-        if not gone.size:
-            return rows, []
-        if self._missing_at is None:
-            self._missing_at = dict(zip(np.flatnonzero(self.rows < 0).tolist(), self.missing))
-        return rows, [self._missing_at[start + int(g)] for g in gone]
+        return self.entries([artifact])[0]
+
+    def entries(self, artifacts: Sequence[str]) -> list[tuple[np.ndarray, list[str]] | None]:
+        """:meth:`entry` of each artifact, found at once."""
+        out: list[tuple[np.ndarray, list[str]] | None] = []
+        for i in self.positions(artifacts).tolist():
+            if i < 0:
+                out.append(None)
+                continue
+            start, end = int(self.offsets[i]), int(self.offsets[i + 1])
+            rows = self.rows[start:end]
+            gone = np.flatnonzero(rows < 0)
+            if not gone.size:
+                out.append((rows, []))
+                continue
+            if self._missing_at is None:
+                self._missing_at = dict(zip(np.flatnonzero(self.rows < 0).tolist(), self.missing))
+            out.append((rows, [self._missing_at[start + int(g)] for g in gone]))
+        return out
 
     def __getitem__(self, artifact: str) -> tuple[str, ...]:
         found = self.entry(artifact)

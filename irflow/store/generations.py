@@ -117,6 +117,7 @@ __all__ = [
     "MARKER_FILE",
     "PAUSE_ENV",
     "READ_ATTEMPTS",
+    "LOCK_TIMEOUT",
     "Generation",
     "Payload",
     "StreamedArray",
@@ -348,12 +349,40 @@ def mismatch(generation: Generation, file: str) -> str:
     return f"{generation.name}/{file} does not match its checksum in the manifest (altered bytes)"
 
 
+#: How long a writer waits for another process's commit to the same corpus by default (seconds).
+LOCK_TIMEOUT = 60.0
+
+
+def _acquire(fd: int, root: Path, timeout: float | None) -> None:
+    """The exclusive flock on *fd*, waiting at most *timeout* seconds (None: as long as it takes)."""
+    if fcntl is None:  # pragma: no cover - Windows
+        return
+    if timeout is None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return
+    deadline = time.monotonic() + timeout
+    pause = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise CorpusError(
+                    f"another process is writing to the corpus at {root}; this writer waited {timeout:g} s for it "
+                    "to finish — retry, or wait longer (the corpus's lock_timeout)") from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+
 @contextlib.contextmanager
-def locked(root: Path) -> Iterator[None]:
+def locked(root: Path, *, timeout: float | None = None) -> Iterator[None]:
     """Hold the directory's writer lock (creating *root*): writers of one corpus run one at a time.
 
     An advisory ``flock`` on ``<root>/.lock``; the kernel drops it when the
-    holder dies, so a killed writer never blocks the next one.
+    holder dies, so a killed writer never blocks the next one.  ``timeout``:
+    seconds to wait for another writer before a CorpusError saying so
+    (None: wait as long as it takes).
     """
     root.mkdir(parents=True, exist_ok=True)
     try:
@@ -365,8 +394,7 @@ def locked(root: Path) -> Iterator[None]:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise CorpusError(f"cannot lock the corpus at {root}: {root / LOCK_FILE} is not a regular file; remove it")
-        if fcntl is not None:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        _acquire(fd, root, timeout)
         yield
     finally:
         os.close(fd)  # closing releases the flock
@@ -444,13 +472,14 @@ def write_generation(
     manifest: Mapping[str, Any],
     *,
     reuse_from: Generation | None = None,
-    reuse: Iterable[str] = (),
+    reuse: Iterable[str] | Mapping[str, str] = (),
     commit: bool = True,
 ) -> Generation:
     """Write a new generation of *root* and make it live atomically; call it while holding :func:`locked`.
 
     *files* are written fresh; *reuse* names files taken unchanged from
-    *reuse_from* (hard-linked, their manifest entries copied).  *manifest* is
+    *reuse_from* (hard-linked, their manifest entries copied — no file is
+    read again); a mapping reuses each old file under a new name (new -> old).  *manifest* is
     extended with the ``files`` table.  Old generations are removed afterwards
     (those no reader holds; see the module doc).  ``commit=False`` stops once
     the generation is complete in place: ``CURRENT`` is not moved and nothing
@@ -465,11 +494,14 @@ def write_generation(
     tmp.mkdir()
     write_file(tmp / MARKER_FILE, MARKER_TEXT)  # first: the proof that irflow may clean this directory up
     table: dict[str, dict[str, Any]] = {}
-    for file in reuse:
+    renamed = reuse.items() if isinstance(reuse, Mapping) else ((file, file) for file in reuse)
+    for file, old in renamed:
         if reuse_from is None:
             raise ValueError("reuse needs reuse_from")
-        link_or_copy(reuse_from.path(file), tmp / file)
-        table[file] = dict(reuse_from.files[file])
+        if not FILE_NAME_RE.match(file) or file in (MANIFEST_FILE, MARKER_FILE, CURRENT_FILE):
+            raise ValueError(f"invalid generation file name {file!r}")
+        link_or_copy(reuse_from.path(old), tmp / file)
+        table[file] = dict(reuse_from.files[old])
     for file, payload in files.items():
         if not FILE_NAME_RE.match(file) or file in (MANIFEST_FILE, MARKER_FILE, CURRENT_FILE):
             raise ValueError(f"invalid generation file name {file!r}")

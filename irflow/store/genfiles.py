@@ -71,6 +71,8 @@ class StreamedArray:
     dtype: np.dtype[Any] = attrs.field(converter=np.dtype)
     length: int
     chunks: Callable[[], Iterable[bytes]]
+    #: the array's shape when it is not 1-d (its items, ``length``, are all of them: a matrix row by row)
+    shape: tuple[int, ...] | None = None
 
 
 #: What a generation file can be made from: raw bytes, an array for ``np.save``, or one written in pieces.
@@ -360,8 +362,9 @@ def write_file(path: Path, payload: Payload) -> None:
 
 def _write_streamed(fh: Any, payload: StreamedArray, path: Path) -> None:
     # the header np.save writes for a C-ordered 1-d array (format 1.0, padded to 64 bytes), then the pieces
+    shape = (payload.length,) if payload.shape is None else tuple(payload.shape)
     np.lib.format.write_array_header_1_0(fh, {"descr": np.lib.format.dtype_to_descr(payload.dtype),
-                                              "fortran_order": False, "shape": (payload.length,)})
+                                              "fortran_order": False, "shape": shape})
     written = 0
     for chunk in payload.chunks():
         fh.write(chunk)

@@ -19,7 +19,7 @@ import numpy as np
 
 from irflow.errors import NoLedgerEntry
 from irflow.store.paths import resolve_corpus_path
-from irflow.store.persist import load_store
+from irflow.store.opening import load_store
 from irflow.store.records import Record
 from irflow.store.record_store import CorpusStore
 

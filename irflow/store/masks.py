@@ -71,27 +71,45 @@ def field_paths(metadata: Iterable[Mapping[str, Any]], depth: int = 3) -> list[s
 
 
 class CandidateMasks:
-    """The candidate masks of one corpus's store, with their cache and the warnings already given."""
+    """The candidate masks of one corpus's store, with their cache and the warnings already given.
 
-    def __init__(self, store: CorpusStore, label: str,
+    ``label`` names the corpus in messages (a string, or a function giving
+    it); ``columns`` gives the metadata columns (shared by every tombstone
+    state of a segment; default: made here on first use); ``kinds`` the
+    surface kinds ``surfaces=`` is checked against (the live records'; default
+    the store's); ``warned`` the warnings given already (shared by the states
+    of one corpus; default: this object's own).
+    """
+
+    def __init__(self, store: CorpusStore, label: "str | Callable[[], str]",
                  remember: Callable[[np.ndarray], None] | None = None,
-                 forget: Callable[[np.ndarray], None] | None = None) -> None:
+                 forget: Callable[[np.ndarray], None] | None = None, *,
+                 columns: Callable[[], MetadataColumns] | None = None,
+                 kinds: Callable[[], Sequence[str]] | None = None,
+                 warned: "Warned | None" = None) -> None:
         self.store = store
-        self.label = label  # how messages name the corpus
+        self._label = label  # how messages name the corpus
         # called once with each read-only mask made that is not every live row (the kernels digest it once)
         self._remember = remember
         # called with each mask this cache drops (evicted, or cleared by a delete): what was kept for it goes too
         self._forget = forget
         self._columns: MetadataColumns | None = None
+        self._columns_of = columns
+        self._kinds_of = kinds
         self._masks: collections.OrderedDict[Any, np.ndarray] = collections.OrderedDict()
         self._masks_version = store.version
         # id(mask) -> (mask, store version, selects every live row) for the masks made here:
         # identity (checked with ``is``) tells a query's mask in O(1), no pass over its rows
         self._mask_facts: dict[int, tuple[np.ndarray, int, bool]] = {}
         self._live_facts: tuple[int, int, np.ndarray | None] | None = None
-        self.warned = Warned()  # ("field" | "surface", name) already warned about
+        self.warned = Warned() if warned is None else warned  # ("field" | "surface", name) already warned about
         self._field_paths: tuple[int, list[str]] | None = None  # (store version, the live records' field paths)
         self._lock = threading.Lock()
+
+    @property
+    def label(self) -> str:
+        """How messages name the corpus."""
+        return self._label if isinstance(self._label, str) else self._label()
 
     @property
     def columns(self) -> MetadataColumns:
@@ -99,15 +117,21 @@ class CandidateMasks:
         if self._columns is None:
             with self._lock:
                 if self._columns is None:
-                    self._columns = MetadataColumns(self.store.metadata)
+                    self._columns = MetadataColumns(self.store.metadata) if self._columns_of is None \
+                        else self._columns_of()
         return self._columns
 
     def mask(
         self,
         filter: "Mapping[str, Any] | CompiledFilter | None" = None,
         surfaces: Iterable[str] | str | None = None,
+        *,
+        checked: bool = True,
     ) -> np.ndarray:
         """Rows passing *filter* whose kind is in *surfaces* (None: any), live rows only; read-only bool (n_rows,).
+
+        ``checked=False``: no check of the names (a segment of a corpus whose
+        other segments hold the kind or the field; the corpus checked them).
 
         ``surfaces`` naming no kind the corpus holds raises FilterError (the
         answer could only be empty: a typo); a stray unknown kind next to held
@@ -135,18 +159,9 @@ class CandidateMasks:
             if cached is not None:
                 self._masks.move_to_end(key)
                 return cached
-        # a misspelled name must not silently return nothing (checked once per mask built)
-        if kinds is not None:
-            check_surfaces(self.store.kinds, self.label, tuple(dict.fromkeys(kinds)), self.warned)
-        if compiled.fields:
-            self._check_fields(compiled.fields)
-        mask = self.store.live.copy()
-        if not compiled.matches_all:
-            mask &= np.asarray(compiled.mask(self.columns), dtype=bool)
-        if kinds is not None:
-            codes = [code for code, kind in enumerate(self.store.kinds) if kind in kinds]
-            mask &= np.isin(self.store.kind_codes, np.array(codes, dtype=np.int32))
-        mask = _readonly(mask)
+        if checked:  # a misspelled name must not silently return nothing (checked once per mask built)
+            self._check_names(compiled, kinds)
+        mask = self._make(compiled, kinds)
         n_live, _ = self.live_facts()
         all_live = int(np.count_nonzero(mask)) == n_live  # once per mask made, not per query
         with self._lock:
@@ -161,6 +176,23 @@ class CandidateMasks:
         if not all_live and self._remember is not None:
             self._remember(mask)
         return mask
+
+    def _check_names(self, compiled: CompiledFilter, kinds: tuple[Any, ...] | None) -> None:
+        if kinds is not None:
+            held = self.store.kinds if self._kinds_of is None else self._kinds_of()
+            check_surfaces(held, self.label, tuple(dict.fromkeys(kinds)), self.warned)
+        if compiled.fields:
+            self._check_fields(compiled.fields)
+
+    def _make(self, compiled: CompiledFilter, kinds: tuple[Any, ...] | None) -> np.ndarray:
+        """The live rows passing the filter, of these kinds (None: any): read-only."""
+        mask = self.store.live.copy()
+        if not compiled.matches_all:
+            mask &= np.asarray(compiled.mask(self.columns), dtype=bool)
+        if kinds is not None:
+            codes = [code for code, kind in enumerate(self.store.kinds) if kind in kinds]
+            mask &= np.isin(self.store.kind_codes, np.array(codes, dtype=np.int32))
+        return _readonly(mask)
 
     def _dropped(self, masks: Iterable[np.ndarray]) -> None:
         if self._forget is not None:
@@ -198,11 +230,14 @@ class CandidateMasks:
         todo = [path for path in paths if ("field", path) not in self.warned]
         if not todo:
             return
-        columns, live = self.columns, self.store.live
-        columns.prepare(todo)
+        self.columns.prepare(todo)
         for path in todo:
-            if not columns.column(path).present_in(live) and self.warned.first("field", path):
+            if not self.has_field(path) and self.warned.first("field", path):
                 warn_unknown_field(self.label, path, self.field_paths(), stacklevel=5)
+
+    def has_field(self, path: str) -> bool:
+        """Whether some live row's metadata has the field ``path``."""
+        return self.columns.column(path).present_in(self.store.live)
 
     def field_paths(self) -> list[str]:
         """Every dotted field path of the live records' metadata, sorted: what a misspelled-field warning lists.

@@ -65,6 +65,15 @@ from irflow.kernels.text import Analyzer
 from irflow.util.unicode import json_text
 
 __all__ = [
+    "check_format",
+    "check_lineage",
+    "corpus_from",
+    "store_from",
+    "load_rows",
+    "map_vectors",
+    "postings_file",
+    "retrying",
+    "write_tombstones",
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "STORE_FILES",
@@ -78,7 +87,7 @@ __all__ = [
 FORMAT_NAME = "irflow-corpus"
 #: Written by this release; version 1 (records and ledger as JSON) is still read.
 FORMAT_VERSION = 2
-READ_VERSIONS = (1, 2)
+READ_VERSIONS = (1, 2, 3)  # 3: segments (irflow.store.segmentfiles), written by updates
 TOMBSTONES_FILE = "tombstones.npy"
 VECTORS_FILE = "vectors.npy"
 VOCAB_FILE = "vocab.json"
@@ -90,7 +99,12 @@ T = TypeVar("T")
 
 
 def _postings_file(name: str) -> str:
-    return f"postings.{name}.npy"
+    return postings_file(name)
+
+
+def postings_file(name: str, prefix: str = "") -> str:
+    """The file of one postings array (``prefix``: a segment's, ``seg-000003.``)."""
+    return f"{prefix}postings.{name}.npy"
 
 
 @attrs.frozen
@@ -208,20 +222,32 @@ class TombstoneWriter:
         root = self.generation.root
         with gens.locked(root):
             current = gens.read_current(root)
-            _check_format(current)
-            if current.manifest.get("build_id") != self.generation.manifest.get("build_id"):
-                raise CorpusError(
-                    f"corpus at {root} was rebuilt since it was opened; reopen it (irflow.open_corpus) and delete again"
-                )
+            check_format(current)
+            check_lineage(current, self.generation)
+            if current.manifest["version"] >= 3:
+                raise CorpusError(f"corpus at {root} was updated since this store was read; delete through the "
+                                  "corpus: irflow.open_corpus(path).delete([...])")
             if current.name != self.generation.name:
                 deleted = np.union1d(deleted, _load_tombstones(current, verify=True))
-            deleted = np.asarray(deleted, dtype=np.int64)
-            manifest = {k: v for k, v in current.manifest.items() if k != "files"}
-            manifest["counts"] = dict(manifest["counts"], live=int(manifest["counts"]["rows"]) - int(deleted.size))
-            manifest["modified"] = _now()
-            reuse = [f for f in current.files if f != TOMBSTONES_FILE]
-            self.generation = gens.write_generation(root, {TOMBSTONES_FILE: deleted}, manifest, reuse_from=current, reuse=reuse)
+            self.generation = write_tombstones(current, np.asarray(deleted, dtype=np.int64))
         return deleted
+
+
+def check_lineage(current: gens.Generation, opened: gens.Generation) -> None:
+    """CorpusError unless *current* is a generation of the same build as *opened* (updates keep the build id)."""
+    if current.manifest.get("build_id") != opened.manifest.get("build_id"):
+        raise CorpusError(
+            f"corpus at {current.root} was rebuilt since it was opened; reopen it (irflow.open_corpus) and try again"
+        )
+
+
+def write_tombstones(current: gens.Generation, deleted: np.ndarray) -> gens.Generation:
+    """A new generation of a format-1 or -2 corpus with these tombstones (every other file linked); under the lock."""
+    manifest = {k: v for k, v in current.manifest.items() if k != "files"}
+    manifest["counts"] = dict(manifest["counts"], live=int(manifest["counts"]["rows"]) - int(deleted.size))
+    manifest["modified"] = _now()
+    reuse = [f for f in current.files if f != TOMBSTONES_FILE]
+    return gens.write_generation(current.root, {TOMBSTONES_FILE: deleted}, manifest, reuse_from=current, reuse=reuse)
 
 
 # -- reading ----------------------------------------------------------------------------
@@ -236,7 +262,7 @@ def _is_count(value: Any) -> bool:
     return type(value) is int and value >= 0
 
 
-def _check_format(generation: gens.Generation) -> None:
+def check_format(generation: gens.Generation) -> None:
     """Format and version first (their own messages), then every manifest key a reader relies on, typed."""
     manifest = generation.manifest
     if manifest.get("format") != FORMAT_NAME:
@@ -265,6 +291,9 @@ def _check_format(generation: gens.Generation) -> None:
     names = manifest.get("postings_arrays", list(ARRAY_NAMES))
     if not isinstance(names, list) or not all(isinstance(n, str) and n in ARRAY_NAMES for n in names):
         raise _bad_manifest(generation, f"'postings_arrays' must list names among {list(ARRAY_NAMES)}")
+    if manifest["version"] >= 3 and (not isinstance(manifest.get("segments"), list) or not manifest["segments"]
+                                     or not _is_count(manifest.get("next_segment"))):
+        raise _bad_manifest(generation, "'segments' must be a non-empty list and 'next_segment' a count")
     analyzer = manifest.get("analyzer")
     if not isinstance(analyzer, dict):
         raise _bad_manifest(generation, "'analyzer' must be a table of analyzer settings")
@@ -281,7 +310,8 @@ def _check_format(generation: gens.Generation) -> None:
                                         "description, source)")
 
 
-def _map_vectors(generation: gens.Generation, *, verify: bool) -> tuple[np.ndarray, Callable[[], None] | None]:
+def map_vectors(generation: gens.Generation, *, verify: bool,
+                file: str = "vectors.npy") -> tuple[np.ndarray, Callable[[], None] | None]:
     """The vectors file mapped read-only (never copied), and its checksum check for later.
 
     The whole file is mapped and the array is a view past the ``.npy``
@@ -291,8 +321,8 @@ def _map_vectors(generation: gens.Generation, *, verify: bool) -> tuple[np.ndarr
     1.5 GB of vectors at every open would cost seconds; a corpus used for
     lexical search or records only never pays it.
     """
-    path = generation.path(VECTORS_FILE)
-    where = f"{generation.dir}/{VECTORS_FILE}"
+    path = generation.path(file)
+    where = f"{generation.dir}/{file}"
     try:
         with open(path, "rb") as fh:
             version = np.lib.format.read_magic(fh)
@@ -312,28 +342,32 @@ def _map_vectors(generation: gens.Generation, *, verify: bool) -> tuple[np.ndarr
         raise CorpusError(f"{where} cannot be read as a numpy array ({exc}); the corpus is damaged — rebuild it") from exc
     if not verify:
         return vectors, None
-    algorithm, digest = gens.entry_checksum(generation.files[VECTORS_FILE])
+    algorithm, digest = gens.entry_checksum(generation.files[file])
 
     def check() -> None:
         if gens.buffer_digest(mapped, algorithm) != digest:
-            raise gens.damaged(generation.root, gens.mismatch(generation, VECTORS_FILE))
+            raise gens.damaged(generation.root, gens.mismatch(generation, file))
     return vectors, check
 
 
-def _load_tombstones(generation: gens.Generation, *, verify: bool) -> np.ndarray:
-    gens.verify_files(generation, [TOMBSTONES_FILE], checksums=verify)
-    rows = load_array(generation, TOMBSTONES_FILE, mmap=False)
+def load_rows(generation: gens.Generation, file: str, n_rows: int, *, verify: bool) -> np.ndarray:
+    """A file of row numbers (tombstones, unlisted rows): 1-d integers in ``0 .. n_rows - 1``, ascending, int64."""
+    gens.verify_files(generation, [file], checksums=verify)
+    rows = load_array(generation, file, mmap=False)
     if rows.ndim != 1 or rows.dtype.kind not in "iu":
-        raise CorpusError(f"{generation.dir}/{TOMBSTONES_FILE} is not a 1-d integer array; the corpus is damaged — rebuild it")
+        raise CorpusError(f"{generation.dir}/{file} is not a 1-d integer array; the corpus is damaged — rebuild it")
     rows = rows.astype(np.int64)
-    n_rows = generation.manifest["counts"]["rows"]
     if rows.size and (rows.min() < 0 or rows.max() >= n_rows):
-        raise CorpusError(f"{generation.dir}/{TOMBSTONES_FILE} names rows outside 0..{n_rows - 1}; the corpus is "
+        raise CorpusError(f"{generation.dir}/{file} names rows outside 0..{n_rows - 1}; the corpus is damaged — "
+                          "rebuild it")
+    if bool((np.diff(rows) <= 0).any()):
+        raise CorpusError(f"{generation.dir}/{file} does not list rows once each, ascending; the corpus is "
                           "damaged — rebuild it")
-    if rows.size > 1 and bool((np.diff(rows) <= 0).any()):
-        raise CorpusError(f"{generation.dir}/{TOMBSTONES_FILE} does not list rows once each, ascending; the corpus "
-                          "is damaged — rebuild it")
     return rows
+
+
+def _load_tombstones(generation: gens.Generation, *, verify: bool) -> np.ndarray:
+    return load_rows(generation, TOMBSTONES_FILE, generation.manifest["counts"]["rows"], verify=verify)
 
 
 def _check_count(generation: gens.Generation, key: str, found: int, what: str) -> None:
@@ -343,7 +377,7 @@ def _check_count(generation: gens.Generation, key: str, found: int, what: str) -
         raise _bad_manifest(generation, f"'counts' says {said} {what}, but the files hold {found}")
 
 
-def _store_from(generation: gens.Generation, *, verify: bool, name: str | None) -> CorpusStore:
+def store_from(generation: gens.Generation, *, verify: bool, name: str | None) -> CorpusStore:
     version = generation.manifest["version"]
     gens.verify_files(generation, STORE_FILES[version], checksums=verify)
     deleted = _load_tombstones(generation, verify=False)  # just verified
@@ -355,7 +389,7 @@ def _store_from(generation: gens.Generation, *, verify: bool, name: str | None) 
     return store
 
 
-def _retrying(root: Path, read: Callable[[gens.Generation], T]) -> T:
+def retrying(root: Path, read: Callable[[gens.Generation], T]) -> T:
     """Run *read* on the live generation, held against removal (:func:`irflow.store.generations.reading`).
 
     A reader holds its generation, so a failure inside *read* is damage, not
@@ -364,7 +398,7 @@ def _retrying(root: Path, read: Callable[[gens.Generation], T]) -> T:
     """
     for attempt in range(gens.READ_ATTEMPTS):
         with gens.reading(root) as generation:
-            _check_format(generation)
+            check_format(generation)
             try:
                 return read(generation)
             except (CorpusError, OSError) as exc:
@@ -378,7 +412,7 @@ def _retrying(root: Path, read: Callable[[gens.Generation], T]) -> T:
 
 def load_store(root: Path, *, verify: bool = True, name: str | None = None) -> CorpusStore:
     """Only the store of the corpus at *root*: records, ledger, tombstones — no vectors, no postings, no embedder."""
-    return _retrying(Path(root), lambda generation: _store_from(generation, verify=verify, name=name))
+    return retrying(Path(root), lambda generation: store_from(generation, verify=verify, name=name))
 
 
 def load_corpus(root: Path, *, verify: bool = True, name: str | None = None,
@@ -390,20 +424,20 @@ def load_corpus(root: Path, *, verify: bool = True, name: str | None = None,
     corpus: the one its manifest names), held while it is read.
     """
     if generation is None:
-        return _retrying(Path(root), lambda live: _corpus_from(live, verify=verify, name=name))
+        return retrying(Path(root), lambda live: corpus_from(live, verify=verify, name=name))
     name_of, digest, recorded_in = generation
     with gens.holding(Path(root), name_of, digest, recorded_in=recorded_in) as held:
-        _check_format(held)
-        return _corpus_from(held, verify=verify, name=name)
+        check_format(held)
+        return corpus_from(held, verify=verify, name=name)
 
 
-def _corpus_from(generation: gens.Generation, *, verify: bool, name: str | None) -> StoredCorpus:
+def corpus_from(generation: gens.Generation, *, verify: bool, name: str | None) -> StoredCorpus:
     manifest = generation.manifest
     mapped = VECTORS_FILE if manifest.get("embedder") is not None else None
     gens.verify_files(generation, [f for f in generation.files if f != mapped], checksums=verify)
     if mapped is not None:
         gens.verify_files(generation, [mapped], checksums=False)  # its size now, its checksum on first use
-    store = _store_from(generation, verify=False, name=name)  # just verified with everything else
+    store = store_from(generation, verify=False, name=name)  # just verified with everything else
     rows = store.n_rows
     arrays = {n: load_array(generation, _postings_file(n)) for n in manifest.get("postings_arrays", ARRAY_NAMES)}
     vocab = load_json(generation, VOCAB_FILE)
@@ -423,7 +457,7 @@ def _corpus_from(generation: gens.Generation, *, verify: bool, name: str | None)
         raise CorpusError(f"{generation.dir}/manifest.json: unreadable embedder entry {info!r} ({exc}); rebuild the corpus") from exc
     vectors = verify_vectors = None
     if embedder is not None:
-        vectors, verify_vectors = _map_vectors(generation, verify=verify)
+        vectors, verify_vectors = map_vectors(generation, verify=verify)
         if vectors.dtype != np.float32 or vectors.shape != (rows, embedder.dim):
             raise CorpusError(
                 f"{generation.dir}/{VECTORS_FILE} holds {vectors.dtype} {vectors.shape}, expected float32 "

@@ -10,8 +10,9 @@ wrapper that forwards only these members and checks the results equal the
 corpus's own.
 
 The row space.  A corpus numbers its records ``0 .. n_rows - 1`` (deleted
-rows keep their numbers).  A sharded corpus presents one *global* row space
-(e.g. shard offsets), and every row below is a global row.
+rows keep their numbers until a merge).  A sharded corpus, or a corpus of
+several segments, presents one *global* row space (shard or segment
+offsets), and every row below is a global row.
 
 The shape of the protocol, and why:
 
@@ -32,8 +33,9 @@ The shape of the protocol, and why:
   sharded corpus exchanges so that every shard scores as the whole would.
 - ``sibling_rows`` is the ledger, by artifact: what expansion and
   artifact-level rerank texts need.
-- ``version`` changes whenever a query's answer could (a delete), so stage
-  caches keyed by it never serve stale outputs.
+- ``version`` changes whenever a query's answer could (any update of the
+  corpus: an add, a delete, a merge), so stage caches keyed by it never
+  serve stale outputs.
 
 Anything else a corpus offers (``Corpus.store``, ``Corpus.vectors``,
 ``Corpus.store.delete_record``...) is for building, inspecting and maintaining corpora,
@@ -52,7 +54,7 @@ from irflow.kernels.bm25 import BM25Params, BM25Stats
 from irflow.kernels.topk import TopK
 from irflow.store.records import Record, SearchHit
 
-__all__ = ["CorpusProtocol", "CorpusSettings", "Siblings", "PROTOCOL_MEMBERS"]
+__all__ = ["CorpusProtocol", "CorpusSettings", "Siblings", "PROTOCOL_MEMBERS", "pinned"]
 
 
 def _int64(value: Any) -> np.ndarray:
@@ -160,7 +162,7 @@ class CorpusProtocol(Protocol):
 
     @property
     def version(self) -> int:
-        """A number that changes whenever the answer to a query could change (a delete)."""
+        """A number that changes whenever the answer to a query could change (any update)."""
 
     @property
     def settings(self) -> CorpusSettings:
@@ -225,3 +227,16 @@ PROTOCOL_MEMBERS: tuple[str, ...] = (
     "record_ids_of", "artifact_ids_of", "kind_codes_of", "surface_indices_of", "records", "hits",
     "candidate_mask", "tokenize_queries", "embed_queries", "bm25_topk", "dense_topk", "sibling_rows",
 )
+
+
+def pinned(corpus: Any) -> Any:
+    """The state a run reads: ``corpus.snapshot()`` when the corpus has one (a corpus updated in place), else itself.
+
+    A recipe run asks the corpus many things (a mask, the top rows, their
+    records); pinned at its start, every answer comes from one committed
+    state however many updates are committed meanwhile, and the rows of its
+    result name the records they named when it ran.  Not a protocol member:
+    a corpus that never changes needs none.
+    """
+    snapshot = getattr(corpus, "snapshot", None)
+    return corpus if snapshot is None else snapshot()

@@ -15,85 +15,26 @@ leaves the ledger alone, which is exactly how a stale ledger arises.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from irflow.errors import CorpusError, RecordError
+from irflow.errors import CorpusError
 from irflow.store.columnar import JsonColumn, LedgerTable, StringColumn
+from irflow.store.idindex import IdIndex
+from irflow.store.ledger_view import LedgerPart, LedgerView, ledger_of
+from irflow.store.prepare import prepare_records
 from irflow.store.protocol import Siblings
-from irflow.store.recordcheck import checked_record, record_label
 from irflow.store.records import Record
 
-__all__ = ["CorpusStore", "prepare_records"]
+__all__ = ["CorpusStore", "prepare_records"]  # prepare_records: from irflow.store.prepare, as before
 
 #: Callback that persists a new tombstone set and returns the set now in force
 #: (it may be larger: another process may have deleted rows meanwhile).
 TombstoneWriter = Callable[[np.ndarray], np.ndarray]
-
-
-def _to_record(item: Any, position: int) -> Record:
-    if isinstance(item, Record):
-        return item
-    if isinstance(item, Mapping):
-        try:
-            return Record.from_dict(item)
-        except (TypeError, ValueError) as exc:
-            raise RecordError(f"record #{position} is invalid: {exc}") from exc
-    raise RecordError(f"record #{position} is a {type(item).__name__}; pass irflow.Record objects or dicts with the same keys")
-
-
-def prepare_records(records: Iterable[Any], *, duplicates: list[tuple[int, int, str]] | None = None) -> list[Record]:
-    """Records as a corpus stores them: checked, every ``surface_index`` and ``id`` filled, no duplicates.
-
-    Each record is checked (:func:`~irflow.store.recordcheck.checked_record`:
-    UTF-8 text, JSON metadata, as a stored corpus holds them); a
-    :class:`RecordError` names the record and the field.  An omitted
-    ``surface_index`` is the record's position among its
-    artifact's records in input order (one index across all kinds); explicit
-    indices are kept.  Ids default to :meth:`Record.make_id`.  Two records of
-    one artifact with the same index, or two records with the same id, are an
-    error naming both positions — silently keeping one would lose a surface.
-    With a ``duplicates`` list, each later duplicate is left out and reported
-    there instead, as ``(position, first position, what is duplicated)``, so
-    a caller can report every one (``irflow index``).
-    """
-    prepared: list[Record] = []
-    seen_per_artifact: dict[str, int] = {}
-    index_owner: dict[tuple[str, int | None], int] = {}
-    id_owner: dict[str, int] = {}
-    for position, item in enumerate(records):
-        record = _to_record(item, position)
-        ordinal = seen_per_artifact.get(record.artifact_id, 0)
-        seen_per_artifact[record.artifact_id] = ordinal + 1
-        try:
-            # one copy: the checked metadata, and the index when omitted (evolve keeps an explicit id;
-            # Record fills a missing one from the index)
-            record = checked_record(record, **({"surface_index": ordinal} if record.surface_index is None else {}))
-        except RecordError as error:
-            raise RecordError(f"record #{position} ({record_label(record)}): {error}") from None
-        key = (record.artifact_id, record.surface_index)
-        record_id = str(record.id)  # Record fills it once surface_index is known
-        if key in index_owner and duplicates is not None:
-            duplicates.append((position, index_owner[key], f"surface_index {record.surface_index} of artifact "
-                                                            f"{record.artifact_id!r} again"))
-            continue
-        if key in index_owner:
-            raise RecordError(
-                f"records #{index_owner[key]} and #{position} are both surface_index {record.surface_index} of "
-                f"artifact {record.artifact_id!r}; give each surface of an artifact its own index (or omit them all)"
-            )
-        if record_id in id_owner and duplicates is not None:
-            duplicates.append((position, id_owner[record_id], f"record id {record_id!r} again"))
-            continue
-        if record_id in id_owner:
-            raise RecordError(
-                f"records #{id_owner[record_id]} and #{position} have the same id {record_id!r}; record ids must be unique"
-            )
-        index_owner[key] = position
-        id_owner[record_id] = position
-        prepared.append(record)
-    return prepared
+#: What a corpus's store calls for ``delete_record`` instead of changing itself (the corpus
+#: commits the delete as a new state; the store it hands out next holds it).
+DeleteHook = Callable[[str], None]
 
 
 def _rows(rows: Any) -> np.ndarray:
@@ -124,7 +65,8 @@ class CorpusStore:
     constructed by users.  Lookups by id see live records only.
     """
 
-    _ledger: LedgerTable
+    _ledger: LedgerTable | LedgerView
+    _table: LedgerTable
 
     def __init__(
         self,
@@ -157,7 +99,7 @@ class CorpusStore:
             surface_indices=np.asarray(surface_indices, dtype=np.int64).reshape(n),
             texts=list(texts), metadata=list(metadata), deleted_rows=deleted_rows, tombstone_writer=tombstone_writer)
         row_of = self._id_index()  # built now: the ledger's ids are resolved through it
-        self._ledger = LedgerTable.of(ledger, row_of, self.record_ids_of)
+        self._set_ledger(LedgerTable.of(ledger, row_of, self.record_ids_of), None)
 
     @classmethod
     def from_columns(
@@ -184,7 +126,7 @@ class CorpusStore:
         store._setup(name=name, record_ids=record_ids, artifact_ids=artifact_ids, kinds=tuple(kinds),
                      kind_codes=kind_codes, surface_indices=surface_indices, texts=texts, metadata=metadata,
                      deleted_rows=deleted_rows, tombstone_writer=None)
-        store._ledger = ledger(store.record_ids_of)
+        store._set_ledger(ledger(store.record_ids_of), None)
         return store
 
     def _setup(self, *, name: str | None, record_ids: np.ndarray | StringColumn, artifact_ids: np.ndarray | StringColumn,
@@ -200,23 +142,56 @@ class CorpusStore:
         self._surface_indices = surface_indices
         self._texts = texts
         self._metadata = metadata
-        self._row_of: dict[str, int] | None = None
+        self._index = IdIndex()
         self._live = np.ones(len(record_ids), dtype=bool)
         self._apply_deleted(np.asarray(deleted_rows, dtype=np.int64))
         self._tombstone_writer = tombstone_writer
+        self._delete_hook: DeleteHook | None = None
         #: Bumped by every delete, so derived caches (candidate masks) know to refresh.
         self.version = 0
 
     def _id_index(self) -> dict[str, int]:
-        """record id -> row, built on first use (a stored corpus's open never pays it); duplicates are damage."""
-        if self._row_of is None:
-            ids = self.record_ids.tolist()
-            row_of = dict(zip(ids, range(len(ids))))
-            if len(row_of) != len(ids):
-                where = f"{self._ids.where}: " if isinstance(self._ids, StringColumn) else ""
-                raise CorpusError(f"{where}the store holds duplicate record ids; the corpus is damaged — rebuild it")
-            self._row_of = row_of
-        return self._row_of
+        """record id -> row as a dict (records in memory), built on first use; duplicates are damage."""
+        return self._index.as_dict(self._ids)
+
+    def rows_of_ids(self, record_ids: Sequence[str]) -> np.ndarray:
+        """The row of each record id, -1 for an id the store does not hold (deleted rows included)."""
+        return self._index.find(self._ids, record_ids)
+
+    def _row(self, record_id: str) -> int | None:
+        found = int(self.rows_of_ids([record_id])[0])
+        return None if found < 0 else found
+
+    def _set_ledger(self, table: LedgerTable, unlisted: np.ndarray | None) -> None:
+        self._table = table
+        self._unlisted = unlisted
+        part = LedgerPart(table, 0, unlisted)
+        self._ledger = ledger_of([part], self.record_ids_of, self.surface_indices_of)
+
+    def with_tombstones(self, deleted_rows: np.ndarray | Sequence[int],
+                        unlisted_rows: np.ndarray | Sequence[int] = ()) -> "CorpusStore":
+        """The same records (columns, ledger and id index shared, nothing copied) with these tombstones.
+
+        ``deleted_rows`` are not live; ``unlisted_rows`` (deleted too) are
+        also off the ledger — what an update removed, as opposed to an
+        out-of-band ``delete_record``, which leaves its row listed.
+        """
+        store = CorpusStore.__new__(CorpusStore)
+        store.__dict__.update(self.__dict__)
+        store._live = np.ones(self.n_rows, dtype=bool)
+        store._apply_deleted(np.asarray(deleted_rows, dtype=np.int64))
+        unlisted = np.asarray(unlisted_rows, dtype=np.int64)
+        mask = None
+        if unlisted.size:
+            mask = np.zeros(self.n_rows, dtype=bool)
+            mask[unlisted] = True
+            if bool(store._live[unlisted].any()):
+                raise CorpusError("an unlisted row must be deleted too; the corpus is damaged — rebuild it")
+        store._set_ledger(self._table, mask)
+        store._tombstone_writer = None
+        store._delete_hook = None
+        store.version = 0
+        return store
 
     @classmethod
     def from_records(cls, records: Sequence[Record], *, name: str | None = None) -> "CorpusStore":
@@ -301,6 +276,12 @@ class CorpusStore:
         """Row ids of tombstoned records, ascending."""
         return np.flatnonzero(~self._live).astype(np.int64)
 
+    @property
+    def unlisted_rows(self) -> np.ndarray:
+        """Rows an update removed from the ledger (deleted too), ascending; empty for a fresh build."""
+        unlisted = self._unlisted
+        return np.empty(0, np.int64) if unlisted is None else np.flatnonzero(unlisted).astype(np.int64)
+
     # -- records -------------------------------------------------------------------------
 
     def record(self, row: int) -> Record:
@@ -317,12 +298,41 @@ class CorpusStore:
 
     def row_of(self, record_id: str) -> int:
         """The row of a live record (KeyError naming the id when absent or deleted)."""
-        row = self._id_index().get(record_id)
+        row = self._row(record_id)
         if row is None:
             raise KeyError(f"record {record_id!r} is not in {self._label()}")
         if not self._live[row]:
             raise KeyError(f"record {record_id!r} was deleted from {self._label()} (delete_record)")
         return row
+
+    def live_row_at(self, row: int) -> bool:
+        return bool(self._live[row])  # whether *row* is live
+
+    def live_row(self, record_id: str) -> int | None:
+        """The row of a live record, or None (absent or deleted): a lookup that never raises."""
+        row = self._row(record_id)
+        return row if row is not None and self._live[row] else None
+
+    def stale_of(self, rows: np.ndarray) -> np.ndarray:
+        """For each row: deleted, and still listed by the ledger (``delete_record``'s)."""
+        rows = _rows(rows)
+        dead: np.ndarray = ~self._live[rows]
+        return dead if self._unlisted is None else dead & ~self._unlisted[rows]
+
+    def stale_rows(self, *, record_id: str | None = None, artifact: str | None = None,
+                   every: bool = False) -> np.ndarray:
+        """Deleted rows the ledger still lists (``delete_record``'s): of a record id, of an artifact, or ``every`` one."""
+        if every:
+            rows = np.flatnonzero(~self._live).astype(np.int64)
+        elif record_id is not None:
+            row = self._row(record_id)
+            rows = np.array([] if row is None else [row], dtype=np.int64)
+        else:
+            found = self._ledger.entry(str(artifact))
+            rows = np.empty(0, np.int64) if found is None else found[0][found[0] >= 0]
+        unlisted = self._unlisted
+        keep = ~self._live[rows] if unlisted is None else ~self._live[rows] & ~unlisted[rows]
+        return rows[keep]
 
     def get(self, record_id: str) -> Record:
         """The live record with this id (KeyError naming the id when absent or deleted)."""
@@ -332,7 +342,7 @@ class CorpusStore:
         return self.get(record_id)
 
     def __contains__(self, record_id: object) -> bool:
-        row = self._id_index().get(record_id) if isinstance(record_id, str) else None
+        row = self._row(record_id) if isinstance(record_id, str) else None
         return row is not None and bool(self._live[row])
 
     def __iter__(self) -> Iterator[Record]:
@@ -413,13 +423,13 @@ class CorpusStore:
 
     @property
     def ledger(self) -> Mapping[str, tuple[str, ...]]:
-        """Read-only artifact_id -> record ids in plan order, as written at build time."""
+        """Read-only artifact_id -> listed record ids in plan order (as written at build time, less what updates removed)."""
         return self._ledger
 
     @property
     def ledger_table(self) -> LedgerTable:
-        """The ledger as arrays (what is stored)."""
-        return self._ledger
+        """The ledger of these records as arrays, as written with them (what is stored; unlisted rows included)."""
+        return self._table
 
     def artifacts(self) -> tuple[str, ...]:
         """Artifact ids of the ledger, in order of first appearance at build time."""
@@ -435,8 +445,8 @@ class CorpusStore:
         groups: list[np.ndarray] = []
         listed: list[bool] = []
         stale: list[tuple[str, str]] = []
-        for artifact in artifact_ids:
-            found = self._ledger.entry(artifact)
+        artifact_ids = list(artifact_ids)
+        for artifact, found in zip(artifact_ids, self._ledger.entries(artifact_ids)):
             listed.append(found is not None)
             if found is None:
                 groups.append(np.empty(0, np.int64))
@@ -473,6 +483,9 @@ class CorpusStore:
         new tombstone set is written as a new generation first, atomically, so
         memory never claims a delete the disk does not hold.
         """
+        if self._delete_hook is not None:  # a corpus's store: the corpus commits it (see set_delete_hook)
+            self._delete_hook(record_id)
+            return
         row = self.row_of(record_id)
         deleted = np.union1d(self.deleted_rows, np.array([row], dtype=np.int64))
         if self._tombstone_writer is not None:
@@ -483,6 +496,10 @@ class CorpusStore:
     def set_tombstone_writer(self, writer: TombstoneWriter | None) -> None:
         """Make deletes durable through *writer* (set by irflow.store.persist for on-disk corpora)."""
         self._tombstone_writer = writer
+
+    def set_delete_hook(self, hook: DeleteHook | None) -> None:
+        """Hand ``delete_record`` to *hook* (a corpus: it commits a new state, and this store stays as it was)."""
+        self._delete_hook = hook
 
     def _apply_deleted(self, rows: np.ndarray) -> None:
         if rows.size and (rows.min() < 0 or rows.max() >= self.n_rows):

@@ -30,8 +30,8 @@ from irflow.store import generations as gens
 from irflow.store.columnar import JsonColumn, LedgerTable, StringColumn, check_offsets, utf8_chunks, utf8_offsets
 from irflow.store.record_store import CorpusStore
 
-__all__ = ["RECORDS_FILE", "LEDGER_FILE", "V1_FILES", "V2_FILES", "record_payloads", "read_v1", "read_v2",
-           "load_array", "load_json", "all_of_type"]
+__all__ = ["RECORDS_FILE", "LEDGER_FILE", "V1_FILES", "V2_FILES", "STRING_STEMS", "record_payloads", "read_v1",
+           "read_v2", "load_array", "load_json", "all_of_type"]
 
 # format 1 (read only)
 RECORDS_FILE = "records.json"
@@ -42,6 +42,8 @@ _RECORD_COLUMNS = ("id", "artifact_id", "surface_kind", "surface_index", "text",
 # format 2: string columns as <stem>.bytes.npy + <stem>.offsets.npy
 _STRINGS = {"id": "records.id", "artifact_id": "records.artifact_id", "text": "records.text",
             "metadata": "records.metadata", "ledger": "ledger.artifact"}
+#: Each string column's file stem (``<stem>.bytes.npy`` + ``<stem>.offsets.npy``).
+STRING_STEMS = dict(_STRINGS)
 KIND_CODES_FILE = "records.kind_code.npy"
 SURFACE_INDEX_FILE = "records.surface_index.npy"
 LEDGER_OFFSETS_FILE = "ledger.offsets.npy"
@@ -101,8 +103,11 @@ def _blob_and_offsets(held: Sequence[str] | np.ndarray | StringColumn) -> tuple[
     return gens.StreamedArray(np.uint8, int(offsets[-1]), lambda: utf8_chunks(values)), offsets
 
 
-def record_payloads(store: CorpusStore) -> dict[str, gens.Payload]:
-    """The format-2 files of *store*: name -> payload (stored columns reused; texts streamed, never joined whole)."""
+def record_payloads(store: CorpusStore, prefix: str = "") -> dict[str, gens.Payload]:
+    """The format-2 files of *store*: name -> payload (stored columns reused; texts streamed, never joined whole).
+
+    ``prefix`` starts every name (a segment's files: ``seg-000003.``).
+    """
     metadata = store.metadata
     meta = metadata if isinstance(metadata, JsonColumn) else JsonColumn.of(
         metadata, name=lambda row: f"the metadata of record {store.record_ids_of([row])[0]!r}")
@@ -111,12 +116,12 @@ def record_payloads(store: CorpusStore) -> dict[str, gens.Payload]:
                "metadata": meta.strings, "ledger": table.artifacts}
     files: dict[str, gens.Payload] = {}
     for column, stem in _STRINGS.items():
-        files[f"{stem}.bytes.npy"], files[f"{stem}.offsets.npy"] = _blob_and_offsets(columns[column])
-    files[KIND_CODES_FILE] = np.ascontiguousarray(store.kind_codes, dtype=np.int32)
-    files[SURFACE_INDEX_FILE] = np.ascontiguousarray(store.surface_indices, dtype=np.int64)
-    files[LEDGER_OFFSETS_FILE] = np.ascontiguousarray(table.offsets, dtype=np.int64)
-    files[LEDGER_ROWS_FILE] = np.ascontiguousarray(table.rows, dtype=np.int64)
-    files[LEDGER_MISSING_FILE] = json.dumps(list(table.missing), ensure_ascii=False).encode("utf-8")
+        files[f"{prefix}{stem}.bytes.npy"], files[f"{prefix}{stem}.offsets.npy"] = _blob_and_offsets(columns[column])
+    files[prefix + KIND_CODES_FILE] = np.ascontiguousarray(store.kind_codes, dtype=np.int32)
+    files[prefix + SURFACE_INDEX_FILE] = np.ascontiguousarray(store.surface_indices, dtype=np.int64)
+    files[prefix + LEDGER_OFFSETS_FILE] = np.ascontiguousarray(table.offsets, dtype=np.int64)
+    files[prefix + LEDGER_ROWS_FILE] = np.ascontiguousarray(table.rows, dtype=np.int64)
+    files[prefix + LEDGER_MISSING_FILE] = json.dumps(list(table.missing), ensure_ascii=False).encode("utf-8")
     return files
 
 
@@ -138,38 +143,40 @@ def _int_array(generation: gens.Generation, file: str, n: int, dtype: type, low:
     return array
 
 
-def read_v2(generation: gens.Generation, deleted: np.ndarray, name: str | None) -> CorpusStore:
-    """The store of a format-2 generation: columns mapped and checked (vectorized), nothing decoded yet."""
-    n = int(generation.manifest["counts"]["rows"])
-    kinds = generation.manifest.get("kinds", [])
-    ids = _string_column(generation, _STRINGS["id"], n)
-    artifacts = _string_column(generation, _STRINGS["artifact_id"], n)
-    texts = _string_column(generation, _STRINGS["text"], n)
-    metadata = JsonColumn(_string_column(generation, _STRINGS["metadata"], n),
+def read_v2(generation: gens.Generation, deleted: np.ndarray, name: str | None, *, prefix: str = "",
+            n_rows: int | None = None, kinds: Sequence[str] | None = None) -> CorpusStore:
+    """The store of a format-2 generation (or of a segment's files, ``prefix``): columns mapped and checked, nothing decoded."""
+    n = int(generation.manifest["counts"]["rows"]) if n_rows is None else n_rows
+    kinds = generation.manifest.get("kinds", []) if kinds is None else list(kinds)
+    ids = _string_column(generation, prefix + _STRINGS["id"], n)
+    artifacts = _string_column(generation, prefix + _STRINGS["artifact_id"], n)
+    texts = _string_column(generation, prefix + _STRINGS["text"], n)
+    metadata = JsonColumn(_string_column(generation, prefix + _STRINGS["metadata"], n),
                           check=lambda value: type(value) is dict, what="a metadata mapping")
     metadata.validate()
-    codes = _int_array(generation, KIND_CODES_FILE, n, np.int32, 0, len(kinds) - 1)
+    codes = _int_array(generation, prefix + KIND_CODES_FILE, n, np.int32, 0, len(kinds) - 1)
     unused = np.flatnonzero(np.bincount(codes, minlength=len(kinds)) == 0)
     if unused.size:  # a kind no row has would make a surface restriction to it empty, not an error
-        raise _damaged(generation, KIND_CODES_FILE, f"gives no row the kind {kinds[int(unused[0])]!r} the manifest "
-                                                    "lists")
-    surface = _int_array(generation, SURFACE_INDEX_FILE, n, np.int64, 0, np.iinfo(np.int64).max)
-    offsets = load_array(generation, LEDGER_OFFSETS_FILE)
+        raise _damaged(generation, prefix + KIND_CODES_FILE, f"gives no row the kind {kinds[int(unused[0])]!r} the "
+                                                             "manifest lists")
+    surface = _int_array(generation, prefix + SURFACE_INDEX_FILE, n, np.int64, 0, np.iinfo(np.int64).max)
+    offsets = load_array(generation, prefix + LEDGER_OFFSETS_FILE)
     n_artifacts = int(offsets.size) - 1
-    listed = _int_array(generation, LEDGER_ROWS_FILE, int(offsets[-1]) if offsets.size else 0, np.int64, -1, n - 1)
-    check_offsets(offsets, n_artifacts, int(listed.size), f"{generation.dir}/{LEDGER_OFFSETS_FILE}")
+    listed = _int_array(generation, prefix + LEDGER_ROWS_FILE, int(offsets[-1]) if offsets.size else 0, np.int64,
+                        -1, n - 1)
+    check_offsets(offsets, n_artifacts, int(listed.size), f"{generation.dir}/{prefix}{LEDGER_OFFSETS_FILE}")
     held = listed[listed >= 0]
     if held.size and int(np.bincount(held, minlength=n).max()) > 1:  # a record has one place in one artifact
         twice = int(np.flatnonzero(np.bincount(held, minlength=n) > 1)[0])
-        raise _damaged(generation, LEDGER_ROWS_FILE, f"lists row {twice} more than once")
-    ledger_artifacts = _string_column(generation, _STRINGS["ledger"], n_artifacts)
-    missing = load_json(generation, LEDGER_MISSING_FILE)
+        raise _damaged(generation, prefix + LEDGER_ROWS_FILE, f"lists row {twice} more than once")
+    ledger_artifacts = _string_column(generation, prefix + _STRINGS["ledger"], n_artifacts)
+    missing = load_json(generation, prefix + LEDGER_MISSING_FILE)
     if not isinstance(missing, list) or not all_of_type(missing, str) or len(missing) != int((listed < 0).sum()):
-        raise _damaged(generation, LEDGER_MISSING_FILE, "is not the list of the ledger's ids the store lacks")
+        raise _damaged(generation, prefix + LEDGER_MISSING_FILE, "is not the list of the ledger's ids the store lacks")
 
     def ledger(record_ids_of: Callable[[np.ndarray], np.ndarray]) -> LedgerTable:
         return LedgerTable(ledger_artifacts, offsets, listed, missing, record_ids_of,
-                           where=f"{generation.dir}/{LEDGER_ROWS_FILE}")
+                           where=f"{generation.dir}/{prefix}{LEDGER_ROWS_FILE}")
     return CorpusStore.from_columns(record_ids=ids, artifact_ids=artifacts, kinds=kinds, kind_codes=codes,
                                     surface_indices=surface, texts=texts, metadata=metadata, ledger=ledger,
                                     deleted_rows=deleted, name=name)
@@ -178,32 +185,34 @@ def read_v2(generation: gens.Generation, deleted: np.ndarray, name: str | None) 
 # -- format 1 -------------------------------------------------------------------------------
 
 
-def _check_records(generation: gens.Generation, columns: Any, rows: int) -> None:
+def _check_records(generation: gens.Generation, columns: Any, rows: int, file: str = RECORDS_FILE) -> None:
     """Each record column holds *rows* values of its type: one pass per column, no per-record objects."""
     if not isinstance(columns, dict) or any(not isinstance(columns.get(c), list) or len(columns[c]) != rows
                                             for c in _RECORD_COLUMNS):
-        raise _damaged(generation, RECORDS_FILE, f"does not hold {rows} rows of {_RECORD_COLUMNS}")
+        raise _damaged(generation, file, f"does not hold {rows} rows of {_RECORD_COLUMNS}")
     for column, kind in (("id", str), ("artifact_id", str), ("surface_kind", str), ("surface_index", int),
                          ("text", str), ("metadata", dict)):
         if not all_of_type(columns[column], kind):
             bad = next(i for i, v in enumerate(columns[column]) if type(v) is not kind)
-            raise CorpusError(f"{generation.dir}/{RECORDS_FILE}: column {column!r} holds a "
+            raise CorpusError(f"{generation.dir}/{file}: column {column!r} holds a "
                               f"{type(columns[column][bad]).__name__} at row {bad}, expected {kind.__name__}; the "
                               "corpus is damaged — rebuild it")
 
 
-def _check_ledger(generation: gens.Generation, ledger: Any) -> None:
+def _check_ledger(generation: gens.Generation, ledger: Any, file: str = LEDGER_FILE) -> None:
     if (not isinstance(ledger, dict) or not all_of_type(ledger.values(), list)
             or not all_of_type(itertools.chain.from_iterable(ledger.values()), str)):
-        raise _damaged(generation, LEDGER_FILE, "is not a mapping of artifact ids to lists of record ids")
+        raise _damaged(generation, file, "is not a mapping of artifact ids to lists of record ids")
 
 
-def read_v1(generation: gens.Generation, deleted: np.ndarray, name: str | None) -> CorpusStore:
+def read_v1(generation: gens.Generation, deleted: np.ndarray, name: str | None, *, prefix: str = "",
+            n_rows: int | None = None) -> CorpusStore:
     """The store of a format-1 generation (``records.json``, ``ledger.json``), parsed whole as before."""
-    columns = load_json(generation, RECORDS_FILE)
-    _check_records(generation, columns, generation.manifest["counts"]["rows"])
-    ledger = load_json(generation, LEDGER_FILE)
-    _check_ledger(generation, ledger)
+    columns = load_json(generation, prefix + RECORDS_FILE)
+    _check_records(generation, columns, generation.manifest["counts"]["rows"] if n_rows is None else n_rows,
+                   prefix + RECORDS_FILE)
+    ledger = load_json(generation, prefix + LEDGER_FILE)
+    _check_ledger(generation, ledger, prefix + LEDGER_FILE)
     try:
         store = CorpusStore(
             record_ids=columns["id"],
@@ -217,9 +226,9 @@ def read_v1(generation: gens.Generation, deleted: np.ndarray, name: str | None) 
             name=name,
         )
     except OverflowError:  # a surface_index beyond int64
-        raise CorpusError(f"{generation.dir}/{RECORDS_FILE}: a surface_index does not fit 64 bits; the corpus is "
-                          "damaged — rebuild it") from None
+        raise CorpusError(f"{generation.dir}/{prefix}{RECORDS_FILE}: a surface_index does not fit 64 bits; the "
+                          "corpus is damaged — rebuild it") from None
     except CorpusError as exc:  # duplicate record ids
-        raise CorpusError(f"{generation.dir}/{RECORDS_FILE}: {exc}") from None
-    store.ledger_table.where = f"{generation.dir}/{LEDGER_FILE}"
+        raise CorpusError(f"{generation.dir}/{prefix}{RECORDS_FILE}: {exc}") from None
+    store.ledger_table.where = f"{generation.dir}/{prefix}{LEDGER_FILE}"
     return store

@@ -50,7 +50,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -65,21 +65,29 @@ from irflow.kernels.postings import Postings
 from irflow.kernels.topk import TopK
 
 __all__ = [
-    "BM25Params", "BM25ParamError", "BM25Stats", "PartialStats", "bm25_topk", "bm25_scores",
+    "BM25Params", "BM25ParamError", "BM25Stats", "PartialStats", "bm25_topk", "bm25_scores", "bm25_scorer",
     "partial_stats", "combine_stats", "mean_okapi_idf", "VARIANTS", "STATS", "DEFAULT_DELTA",
     "kernel_name", "use_kernel", "KERNEL_ENV",
 ]
 
 
 def _prepare(postings: Postings, mask: np.ndarray | None, params: BM25Params,
-             corpus_mask: np.ndarray | None, stats: BM25Stats | None = None) -> _Scorer:
+             corpus_mask: np.ndarray | None, stats: BM25Stats | None = None, stats_key: Any = None) -> _Scorer:
     postings.check_pending()  # an index read from files: its exact cross-checks, on its first scoring
     if not isinstance(params, BM25Params):
         params = BM25Params.from_mapping(params)
     if stats is not None:
         if not isinstance(stats, BM25Stats):
             raise IrflowError(f"stats must be a BM25Stats (see combine_stats), got {type(stats).__name__}")
-        return _Scorer(postings, params, _check_mask(mask, postings.n_rows, "mask"), None, stats)
+        mask = _check_mask(mask, postings.n_rows, "mask")
+        mask_key = None if mask is None else postings.known_digest(mask)
+        if stats_key is not None and (mask is None or mask_key is not None):
+            # fixed statistics (the caller's key promises it): the scorer and the tokens it looked up serve
+            # every call with this key and candidate set
+            fixed: _Scorer = postings.stats_cache.get_or_make(
+                ("supplied", params, mask_key, stats_key), lambda: _Scorer(postings, params, mask, None, stats, True))
+            return fixed
+        return _Scorer(postings, params, mask, None, stats)
     # No caller arrays, or masks that never change (a corpus's, see Postings.remember_mask): the
     # scorer, with its statistics, candidate rows and the tokens it has looked up, serves every call
     mask_key = None if mask is None else postings.known_digest(mask)
@@ -97,7 +105,8 @@ def _prepare(postings: Postings, mask: np.ndarray | None, params: BM25Params,
 
 def bm25_topk(postings: Postings, query_tokens: Sequence[Sequence[str]], mask: np.ndarray | None,
               fetch_k: int, params: BM25Params = BM25Params(), *,
-              corpus_mask: np.ndarray | None = None, stats: BM25Stats | None = None) -> TopK:
+              corpus_mask: np.ndarray | None = None, stats: BM25Stats | None = None, stats_key: Any = None,
+              corpus_rows: int | None = None, floor: np.ndarray | None = None) -> TopK:
     """Top ``fetch_k`` BM25 candidates of each tokenized query, as one ``TopK``.
 
     ``mask`` (bool, one entry per row; None = every row) selects the
@@ -108,23 +117,49 @@ def bm25_topk(postings: Postings, query_tokens: Sequence[Sequence[str]], mask: n
     leave deleted records out of the statistics).  ``stats`` supplies them
     from outside instead (a shard scoring with global statistics, see
     ``combine_stats``); ``params.stats`` and ``corpus_mask`` then play no
-    part.  Only candidates containing at least one query token are returned;
-    ties break by row order.
+    part.  ``stats_key`` (with ``stats``): a key under which these statistics
+    never change — the caller's promise (a corpus state's, for its segments)
+    — so the scorer is kept for the key and candidate set, and each token is
+    looked up once; ``stats.df`` may then be a read-only view of a mapping
+    the caller fills, before each call, for the call's tokens.
+    ``corpus_rows``: the rows of the whole corpus this index is a part of,
+    which picks the kernel (see :mod:`irflow.kernels.bm25.kernel`) as for a
+    corpus of that size.  ``floor`` (one per query): rows scoring at or
+    below it are left out, and pruning starts from it — a part of a corpus
+    whose earlier parts (lower rows, winning ties) found ``fetch_k`` rows
+    scoring at least that (see :mod:`irflow.store.segments`).  Only
+    candidates containing at least one query token are returned; ties break
+    by row order.
 
     >>> p = Postings.build([["a", "b"], ["b"], ["c"]])
     >>> bm25_topk(p, [["b"], ["zz"]], np.array([True, True, False]), 5).counts().tolist()
     [2, 0]
     """
     n_queries = len(query_tokens)
-    scorer = _prepare(postings, mask, params, corpus_mask, stats)
+    scorer = _prepare(postings, mask, params, corpus_mask, stats, stats_key)
     if fetch_k <= 0 or not scorer.usable or n_queries == 0:
         return TopK.empty(n_queries)
+    floors = [-np.inf] * n_queries if floor is None else np.asarray(floor, dtype=np.float64).reshape(-1).tolist()
     if n_queries == 1:  # the common case, without the batch bookkeeping
-        rows, scores = scorer.top(query_tokens[0], fetch_k)
+        rows, scores = scorer.top(query_tokens[0], fetch_k, corpus_rows, floors[0])
         return TopK._trusted(np.zeros(rows.size, np.int32), rows, scores, 1,
                              np.array([0, rows.size], dtype=np.int64))
-    rows, scores = zip(*(scorer.top(tokens, fetch_k) for tokens in query_tokens))
+    rows, scores = zip(*(scorer.top(tokens, fetch_k, corpus_rows, low) for tokens, low in zip(query_tokens, floors)))
     return TopK.from_parts(list(rows), list(scores))
+
+
+def bm25_scorer(postings: Postings, mask: np.ndarray | None, params: BM25Params, stats: BM25Stats,
+                stats_key: Any = None) -> Any:
+    """The scorer ``bm25_topk(postings, ..., mask, params=params, stats=stats, stats_key=stats_key)`` uses.
+
+    For a caller that scores many parts of one corpus query by query (the
+    segments of a corpus, :mod:`irflow.store.segments`): ``scorer.usable``
+    (False: no statistics rows, nothing scores), and
+    ``scorer.top(tokens, k, corpus_rows, floor)`` -> (rows, scores) of one
+    query, best first, as ``bm25_topk`` returns them — without the batch's
+    bookkeeping around each call.
+    """
+    return _prepare(postings, mask, params, None, stats, stats_key)
 
 
 def bm25_scores(postings: Postings, query_tokens: Sequence[str], mask: np.ndarray | None,

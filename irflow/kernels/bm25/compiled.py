@@ -44,7 +44,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["topk", "BLOCK"]
+__all__ = ["topk", "scan", "ranked", "BLOCK"]
 
 #: Rows per block: the accumulator (8 bytes a row), flags and touched list stay in L1/L2.
 BLOCK = 4096
@@ -117,23 +117,16 @@ def _find(post_rows, lo, hi, r):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, kept_head, kept_norms,
-         k, variant, k1, delta, constant, margin, prune, block):  # pragma: no cover - compiled
-    """Top ``k`` rows and scores (score desc, row asc) of one query; see the module docstring.
+def _scan(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, kept_head, kept_norms,
+          k, variant, k1, delta, constant, margin, prune, block, offset, hs, hr, m, limit, least,
+          floored):  # pragma: no cover - compiled
+    """One index's rows offered to the heap ``hs``/``hr`` of the ``m`` best so far (rows pushed as ``offset`` + row).
 
-    Terms, in canonical order, one row each of ``term_ints`` (lo, hi, column,
-    how) and ``term_floats`` (scale, bound): postings
-    ``post_rows[lo:hi]``, head column (-1: none), scale = weight * (k1 + 1),
-    score bound.  ``how``: 0 walk its postings, 1 a pass over the block's
-    column, 2 its column read at the candidates only (``kept``: the
-    candidate rows, ascending; a selective mask; ``kept_head`` and
-    ``kept_norms``: the head columns and the norms at those rows, read in
-    order instead of gathered, or empty arrays).  A non-essential term is
-    looked up in its column when it has one, else in its postings.
-    ``mask`` (size 0: every row) selects the candidates.  ``constant``
-    (BM25Plus) is added to every score before ranking; ``margin`` the
-    relative safety margin of pruning; ``prune`` false scores every row;
-    ``block``: rows per block (``BLOCK``; tests use tiny blocks).
+    What :func:`topk` does for one index, and what a corpus of several
+    indexes (segments, ``irflow.kernels.bm25.parts``) does for each in turn:
+    the heap, its size ``m`` and the pruning ``limit`` go in and come out, so
+    an index after others starts pruning from the k-th score they found.
+    Returns ``(m, limit)``.
     """
     n = norms.size
     n_terms = term_ints.shape[0]
@@ -148,10 +141,6 @@ def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, k
     suffix = np.zeros(n_terms + 1)
     for j in range(n_terms - 1, -1, -1):
         suffix[j] = suffix[j + 1] + bounds[j]
-    hs = np.empty(k)
-    hr = np.empty(k, np.int64)
-    m = 0
-    limit = -np.inf
     acc = np.zeros(block)
     flag = np.zeros(block, np.uint8)  # 1: reached by an essential term; 2: alive after the bound check
     touched = np.empty(block, np.int64)
@@ -164,7 +153,7 @@ def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, k
         b1 = min(b0 + block, n)
         width = b1 - b0
         # essential prefix: the shortest whose complement's bounds sum below theta (with a margin)
-        if prune and m == k:
+        if prune and (m == k or floored):
             while e > 0 and suffix[e - 1] + constant < limit:
                 e -= 1
             if e == 0:
@@ -216,7 +205,7 @@ def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, k
             cur[j] = i
         # rows that can still reach the top k ("alive"), listed without branches
         rest = suffix[e] + constant
-        check = prune and m == k
+        check = prune and (m == k or floored)
         n_alive = 0
         if scan:
             floor = limit if check else -np.inf
@@ -298,10 +287,10 @@ def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, k
             cur[j] = end
         for t in range(n_alive):
             x = alive[t]
-            m = _push(hs, hr, m, k, acc[x] + constant + 0.0, b0 + x)  # + 0.0: -0.0 becomes 0.0
+            m = _push(hs, hr, m, k, acc[x] + constant + 0.0, offset + b0 + x)  # + 0.0: -0.0 becomes 0.0
             if m == k:
                 theta = hs[0]
-                limit = theta - margin * max(1.0, abs(theta), abs(constant))
+                limit = max(theta - margin * max(1.0, abs(theta), abs(constant)), least)
         if scan:
             acc[:width] = 0.0
             flag[:width] = 0
@@ -310,8 +299,53 @@ def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, k
                 x = touched[t]
                 acc[x] = 0.0
                 flag[x] = 0
+    return m, limit
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _ranked(hs, hr, m, floored, least_score):  # pragma: no cover - compiled
+    """The heap's rows and scores, best first (score desc, row asc), less those at or below ``least_score``."""
     order = np.argsort(hr[:m], kind="mergesort")
     rows = hr[:m][order]
     scores = hs[:m][order]
     order = np.argsort(-scores, kind="mergesort")  # stable: equal scores stay by row
-    return rows[order], scores[order]
+    rows, scores = rows[order], scores[order]
+    if floored:
+        above = scores > least_score
+        rows, scores = rows[above], scores[above]
+    return rows, scores
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, kept_head, kept_norms,
+         k, variant, k1, delta, constant, margin, prune, block, least_score):  # pragma: no cover - compiled
+    """Top ``k`` rows and scores (score desc, row asc) of one query; see the module docstring.
+
+    Terms, in canonical order, one row each of ``term_ints`` (lo, hi, column,
+    how) and ``term_floats`` (scale, bound): postings
+    ``post_rows[lo:hi]``, head column (-1: none), scale = weight * (k1 + 1),
+    score bound.  ``how``: 0 walk its postings, 1 a pass over the block's
+    column, 2 its column read at the candidates only (``kept``: the
+    candidate rows, ascending; a selective mask; ``kept_head`` and
+    ``kept_norms``: the head columns and the norms at those rows, read in
+    order instead of gathered, or empty arrays).  A non-essential term is
+    looked up in its column when it has one, else in its postings.
+    ``mask`` (size 0: every row) selects the candidates.  ``constant``
+    (BM25Plus) is added to every score before ranking; ``margin`` the
+    relative safety margin of pruning; ``prune`` false scores every row;
+    ``block``: rows per block (``BLOCK``; tests use tiny blocks);
+    ``least_score`` (-inf: none): rows scoring at or below it are left out,
+    and pruning starts from it as if it were the k-th score already found.
+    """
+    hs = np.empty(k)
+    hr = np.empty(k, np.int64)
+    floored = least_score > -np.inf
+    least = least_score - margin * max(1.0, abs(least_score), abs(constant)) if floored else -np.inf
+    m, limit = _scan(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, kept_head, kept_norms,
+                     k, variant, k1, delta, constant, margin, prune, block, 0, hs, hr, 0, least, least, floored)
+    return _ranked(hs, hr, m, floored, least_score)
+
+
+#: The scan of one index into a heap of several's, and the heap's ranking (the public names of the two).
+scan = _scan
+ranked = _ranked

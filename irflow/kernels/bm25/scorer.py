@@ -54,7 +54,7 @@ from irflow.kernels.bm25 import kernel
 from irflow.kernels.bm25.params import BM25Params
 from irflow.kernels.bm25.pruning import add_common, pruned
 from irflow.kernels.bm25.scratch import _scratch, _Scratch, _sorted_unique, _Term
-from irflow.kernels.bm25.statistics import BM25Stats, _idf, _mean_okapi_idf, _Stats, _stats
+from irflow.kernels.bm25.statistics import BM25Stats, _idf, _mean_okapi_idf, _norms, _Stats, _stats
 from irflow.kernels.postings import Postings
 from irflow.kernels.topk import topk_rows
 
@@ -86,32 +86,11 @@ def _empty_columns(head: np.ndarray) -> np.ndarray:
 KEPT_HEAD_BYTES = 8 << 20
 
 
-def _norms(postings: Postings, stats: _Stats, params: BM25Params) -> tuple[np.ndarray, bool]:
-    """Per-row length normalisation for these statistics, and whether all are > 0; cached.
-
-    ``(1 - b) + b * dl / avgdl`` for BM25L, times ``k1`` for Okapi and
-    BM25Plus (they only use it that way), in rank_bm25's order of operations.
-    One gather of this per term replaces a gather of lengths and three passes.
-    """
-    scaled = params.variant != "bm25l"
-    # keyed by the numbers, not the row set: supplied statistics share the entry
-    key = ("norms", stats.n_docs, stats.total_length, params.b, params.k1 if scaled else None)
-
-    def make() -> tuple[np.ndarray, bool]:
-        norms = (1 - params.b) + params.b * postings.doc_lengths / stats.avgdl
-        if scaled:
-            norms = params.k1 * norms
-        return norms, bool(norms.min(initial=1.0) > 0)
-
-    norms: tuple[np.ndarray, bool] = postings.norm_cache.get_or_make(key, make)
-    return norms
-
-
 class _Scorer:
     """Scores queries against one candidate set with fixed statistics."""
 
     def __init__(self, postings: Postings, params: BM25Params, mask: np.ndarray | None,
-                 stats_mask: np.ndarray | None, supplied: BM25Stats | None = None) -> None:
+                 stats_mask: np.ndarray | None, supplied: BM25Stats | None = None, fixed: bool = False) -> None:
         self.postings = postings
         self.params = params
         self.variant = params.variant
@@ -133,6 +112,8 @@ class _Scorer:
         self.dense_ok = False
         self.head_index, self.head = postings.head_columns()
         self._tokens: dict[str, tuple[int, int, int, int, float, float]] = {}  # see terms()
+        # supplied statistics that never change (bm25_topk's stats_key): tokens are looked up once, too
+        self.fixed = fixed
         self._compiled_cache: dict[bool, tuple[np.ndarray, ...]] = {}  # see _compiled_arrays()
         if self.usable:
             self.norms, positive = _norms(postings, self.stats, params)
@@ -179,7 +160,7 @@ class _Scorer:
             known = cache.get(token)
             if known is None:
                 known = self._describe(token)
-                if supplied is None:  # fixed statistics: a reused scorer looks a token up once
+                if supplied is None or self.fixed:  # fixed statistics: a reused scorer looks a token up once
                     if len(cache) >= 1 << 16:
                         cache.clear()
                     cache[token] = known
@@ -349,14 +330,17 @@ class _Scorer:
 
     # -- query ------------------------------------------------------------------------
 
-    def top(self, tokens: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(rows, scores) of the top ``k`` candidates containing a query token."""
+    def top(self, tokens: Sequence[str], k: int, corpus_rows: int | None = None,
+            floor: float = -np.inf) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, scores) of the top ``k`` candidates containing a query token, above ``floor`` (see bm25_topk)."""
         terms, constant = self.terms(tokens)
-        if not terms:
+        if not terms or (floor > -np.inf and self.prune_ok and sum(t.bound for t in terms) + constant
+                         < floor - _PRUNE_MARGIN * max(1.0, abs(floor), abs(constant))):
+            # no row here can score above the floor (the bounds with a margin far above rounding error)
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
-        compiled = kernel.compiled_module(self.postings.n_rows)
+        compiled = kernel.compiled_module(self.postings.n_rows if corpus_rows is None else corpus_rows)
         if compiled is not None:
-            return self._compiled_top(compiled, terms, k, constant)
+            return self._compiled_top(compiled, terms, k, constant, floor)
         rows, scores = self._pruned(terms, k, constant) if self.prune_ok and len(terms) > 1 else (None, None)
         if rows is None or scores is None:  # both or neither
             rows, scores = self._scores(terms)
@@ -364,13 +348,16 @@ class _Scorer:
             # before selecting: sums that differ can round to one score once it is
             # added, and those ties must go by row order too
             scores = scores + constant
+        if floor > -np.inf:  # what an earlier part of the corpus beats already (see bm25_topk)
+            above = np.flatnonzero(scores > floor)
+            rows, scores = rows[above], scores[above]
         pick = topk_rows(scores, k)  # rows are ascending: index ties are row ties
         scores = scores[pick]
         scores += 0.0  # -0.0 (all of a row's weights -0.0) becomes 0.0 whichever path summed it
         return rows[pick].astype(np.int64), scores
 
     def _compiled_top(self, compiled: Any, terms: list[_Term], k: int,
-                      constant: float) -> tuple[np.ndarray, np.ndarray]:
+                      constant: float, floor: float = -np.inf) -> tuple[np.ndarray, np.ndarray]:
         """The same top ``k`` as the numpy paths, by the compiled kernel (``irflow.kernels.bm25.compiled``).
 
         The terms go in two small tables (integers: postings span, column, how
@@ -394,7 +381,7 @@ class _Scorer:
         top: tuple[np.ndarray, np.ndarray] = compiled.topk(
             term_ints, term_floats, *self._compiled_arrays(via), int(k), 1 if self.variant == "bm25l" else 0,
             float(self.k1), float(self.delta), float(constant), _PRUNE_MARGIN, bool(self.prune_ok),
-            int(kernel.COMPILED_BLOCK or compiled.BLOCK))
+            int(kernel.COMPILED_BLOCK or compiled.BLOCK), float(floor))
         return top
 
     def _compiled_arrays(self, via: bool) -> tuple[np.ndarray, ...]:

@@ -32,7 +32,9 @@ __all__ = ["BM25Stats", "PartialStats", "partial_stats", "combine_stats", "mean_
 
 
 def _frozen_counts(value: Mapping[str, int] | None) -> Mapping[str, int] | None:
-    return None if value is None else MappingProxyType({str(t): int(c) for t, c in dict(value).items()})
+    if value is None or isinstance(value, MappingProxyType):  # read-only already (a caller's live view: kept)
+        return value
+    return MappingProxyType({str(t): int(c) for t, c in dict(value).items()})
 
 
 def _non_negative(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -197,6 +199,7 @@ def partial_stats(postings: Postings, rows: np.ndarray | None, tokens: Iterable[
     rows = _check_mask(rows, postings.n_rows, "rows")
     stats = _stats(postings, rows)
     offsets, post_rows = postings.term_offsets, postings.post_rows
+    cache = stats.df_cache  # the set's df of a term, kept with its cached statistics (as the scorer keeps them)
     df = {}
     for token in dict.fromkeys(tokens):
         term = postings.vocab.get(token)
@@ -204,7 +207,16 @@ def partial_stats(postings: Postings, rows: np.ndarray | None, tokens: Iterable[
             df[token] = 0
             continue
         lo, hi = int(offsets[term]), int(offsets[term + 1])
-        df[token] = hi - lo if rows is None else int(np.count_nonzero(rows[post_rows[lo:hi].astype(np.intp)]))
+        if rows is None:
+            df[token] = hi - lo
+            continue
+        found = cache.get(lo)
+        if found is None:
+            found = int(np.count_nonzero(rows[post_rows[lo:hi].astype(np.intp)]))
+            if len(cache) >= 1 << 16:
+                cache.clear()
+            cache[lo] = found
+        df[token] = found
     terms = None
     if vocabulary:
         counts = _document_frequencies(postings, rows)
@@ -235,6 +247,27 @@ def combine_stats(parts: Sequence[PartialStats]) -> BM25Stats:
                 vocabulary[term] = vocabulary.get(term, 0) + count
         mean = mean_okapi_idf(n_docs, np.fromiter(vocabulary.values(), dtype=np.int64, count=len(vocabulary)))
     return BM25Stats(n_docs=n_docs, total_length=sum(p.total_length for p in parts), df=df, mean_okapi_idf=mean)
+
+
+def _norms(postings: Postings, stats: _Stats, params: BM25Params) -> tuple[np.ndarray, bool]:
+    """Per-row length normalisation for these statistics, and whether all are > 0; cached.
+
+    ``(1 - b) + b * dl / avgdl`` for BM25L, times ``k1`` for Okapi and
+    BM25Plus (they only use it that way), in rank_bm25's order of operations.
+    One gather of this per term replaces a gather of lengths and three passes.
+    """
+    scaled = params.variant != "bm25l"
+    # keyed by the numbers, not the row set: supplied statistics share the entry
+    key = ("norms", stats.n_docs, stats.total_length, params.b, params.k1 if scaled else None)
+
+    def make() -> tuple[np.ndarray, bool]:
+        norms = (1 - params.b) + params.b * postings.doc_lengths / stats.avgdl
+        if scaled:
+            norms = params.k1 * norms
+        return norms, bool(norms.min(initial=1.0) > 0)
+
+    norms: tuple[np.ndarray, bool] = postings.norm_cache.get_or_make(key, make)
+    return norms
 
 
 def _idf(params: BM25Params, n_docs: int, df: int, mean_idf: "Any") -> float:

@@ -1,0 +1,154 @@
+"""BM25 over the parts of one corpus (segments in row order): one top-k, as one index of all their rows gives.
+
+Each part has its own postings and its own scorer, all scoring with the
+same (the corpus's) statistics, so a row's score is the same bits in its
+part as in one index of every row.  :class:`PartsScorer` ranks a query over
+all of them:
+
+- with the compiled kernel, into ONE heap ordered by (score desc, global
+  row asc): the query's terms described once, each part's scan
+  (``compiled.scan``) starting from the heap the parts before it filled, so
+  it prunes from the k-th score they found — a part whose bounds cannot
+  reach it is not even called;
+- otherwise part after part, each told the k-th score found before it (a
+  floor: its rows scoring at or below it lose to those rows, which hold
+  lower rows), and the parts' tops concatenated in row order, so a stable
+  sort by score keeps ties by row.
+
+Both give exactly the rows and score bits of one index (the kernels are
+bit for bit the same on any part), which ``tests/test_living.py`` checks
+against fresh builds.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any, Sequence
+
+import numpy as np
+
+from irflow.kernels.bm25 import kernel
+from irflow.kernels.bm25.scorer import DENSE_TERM_FRACTION, _PRUNE_MARGIN, _Scorer
+
+__all__ = ["PartsScorer"]
+
+_NO_ROWS = np.empty(0, dtype=np.int64)
+_NO_SCORES = np.empty(0, dtype=np.float64)
+
+
+class PartsScorer:
+    """The scorers of a corpus's parts (None: nothing scores there) and where each part's rows start."""
+
+    def __init__(self, scorers: Sequence[_Scorer | None], offsets: Sequence[int]) -> None:
+        self.parts = [(s, int(o)) for s, o in zip(scorers, offsets) if s is not None]
+
+    def top(self, tokens: Sequence[str], k: int, corpus_rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """(global rows, scores) of the top ``k`` rows holding a query token, best first, ties by row."""
+        compiled = kernel.compiled_module(corpus_rows)
+        if compiled is not None and len(self.parts) > 1:
+            return self._compiled(compiled, tokens, k)
+        return self._one_by_one(tokens, k, corpus_rows)
+
+    def _one_by_one(self, tokens: Sequence[str], k: int, corpus_rows: int) -> tuple[np.ndarray, np.ndarray]:
+        found_rows, found_scores = [], []
+        best: list[float] = []  # the k highest scores so far (a min-heap): the next part's floor
+        floor = -np.inf
+        for scorer, offset in self.parts:
+            rows, scores = scorer.top(tokens, k, corpus_rows, floor)
+            if not rows.size:
+                continue
+            found_rows.append(rows + offset)
+            found_scores.append(scores)
+            for value in scores.tolist():
+                if len(best) < k:
+                    heapq.heappush(best, value)
+                elif value > best[0]:
+                    heapq.heapreplace(best, value)
+            if len(best) == k:
+                floor = best[0]
+        if len(found_rows) <= 1:
+            return (found_rows[0], found_scores[0]) if found_rows else (_NO_ROWS, _NO_SCORES)
+        rows, scores = np.concatenate(found_rows), np.concatenate(found_scores)
+        keep = np.argsort(-scores, kind="stable")[:k]  # parts in row order: ties stay by row
+        return rows[keep], scores[keep]
+
+    def _known(self, scorer: _Scorer, token: str) -> tuple[int, int, int, int, float, float]:
+        """A token as the scorer describes it (kept by the scorer: its statistics never change)."""
+        cache = scorer._tokens
+        known = cache.get(token)
+        if known is None:
+            known = scorer._describe(token)
+            if len(cache) >= 1 << 16:
+                cache.clear()
+            cache[token] = known
+        return known
+
+    def _table(self, tokens: Sequence[str]) -> tuple[list[tuple[int, int, int, int]], list[tuple[float, float]],
+                                                     list[int], float]:
+        """The parts' term tables stacked: the query's terms in the canonical order, each part's spans.
+
+        The order, weights and BM25Plus's constant come from the corpus's
+        statistics, the same for every part (what ``_Scorer.terms`` gives each
+        part); a part lists the terms it holds postings of.
+        """
+        first = self.parts[0][0]
+        counts: dict[str, int] = {}
+        for token in tokens:
+            counts[token] = counts.get(token, 0) + 1
+        known = [(self._known(first, token), token, count) for token, count in counts.items()]
+        ordered = sorted(((d, t, c) for d, t, c in known if d[0] != 0), key=lambda f: (f[0][0], f[1]))
+        scale1 = first.k1 + 1.0
+        bm25l = first.variant == "bm25l"
+        constant = 0.0
+        weights = []
+        for (_df, _lo, _hi, _column, idf, _top), _token, count in ordered:
+            weight = count * idf
+            if first.variant == "bm25plus":
+                constant += weight * first.delta
+            weights.append(weight)
+        ints: list[tuple[int, int, int, int]] = []
+        floats: list[tuple[float, float]] = []
+        bounds = [0]
+        for scorer, _ in self.parts:
+            dense_limit = DENSE_TERM_FRACTION * scorer.postings.n_rows
+            for (_d, token, _c), weight in zip(ordered, weights):
+                _df, lo, hi, column, _idf, top_tf = self._known(scorer, token)
+                if hi == lo:
+                    continue  # no posting in this part
+                size = hi - lo
+                how = 0
+                if column >= 0:
+                    if scorer.mask is not None and 4 * scorer.n_kept < size:
+                        how = 2  # read at the candidates (as _Scorer._via_column)
+                    elif scorer.dense_ok and size > dense_limit:
+                        how = 1
+                bound = weight * scale1 * (top_tf if bm25l else 1.0)
+                ints.append((lo, hi, column, how))
+                floats.append((weight * scale1, max(bound, 0.0)))
+            bounds.append(len(ints))
+        return ints, floats, bounds, constant
+
+    def _compiled(self, compiled: Any, tokens: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The parts scanned in row order into one heap (see the module docstring)."""
+        ints, floats, bounds, constant = self._table(tokens)
+        if not ints:
+            return _NO_ROWS, _NO_SCORES
+        term_ints, term_floats = np.array(ints, dtype=np.int64), np.array(floats, dtype=np.float64)
+        term_ints.flags.writeable = False  # numba's read-only signature, as _Scorer._compiled_top
+        term_floats.flags.writeable = False
+        first = self.parts[0][0]
+        variant, k1, delta = 1 if first.variant == "bm25l" else 0, float(first.k1), float(first.delta)
+        prune, block = bool(first.prune_ok), int(kernel.COMPILED_BLOCK or compiled.BLOCK)
+        hs, hr = np.empty(k), np.empty(k, dtype=np.int64)
+        m, limit = 0, -np.inf
+        for (scorer, offset), a, b in zip(self.parts, bounds[:-1], bounds[1:]):
+            if a == b:
+                continue
+            if prune and m == k and sum(f[1] for f in floats[a:b]) + constant < limit:
+                continue  # no row of this part can reach the k-th score found (the kernel would stop at once)
+            arrays = scorer._compiled_arrays(any(i[3] == 2 for i in ints[a:b]))
+            m, limit = compiled.scan(term_ints[a:b], term_floats[a:b], *arrays, int(k), variant, k1, delta,
+                                     float(constant), _PRUNE_MARGIN, prune, block, offset, hs, hr, m, limit,
+                                     -np.inf, False)
+        found: tuple[np.ndarray, np.ndarray] = compiled.ranked(hs, hr, m, False, -np.inf)
+        return found
