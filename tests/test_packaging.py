@@ -10,6 +10,7 @@ Nothing is downloaded (no build isolation).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -49,6 +50,27 @@ def test_the_built_package_holds_the_typed_marker_and_its_data(built):
     assert (built / "irflow" / "stages" / "__init__.py").is_file()
     assert {"search.toml", "search.yaml", "hybrid.toml"} <= {p.name for p in (built / "irflow" / "recipes").iterdir()}
     assert (ROOT / "irflow" / "py.typed").is_file()  # what the editable install serves
+
+
+SAMPLE_FILES = ("README.md", "corpus.jsonl", "queries.jsonl", "qrels/test.tsv")
+
+
+def test_the_built_package_holds_the_sample_collection(built, tmp_path):
+    sample = built / "irflow" / "evaluation" / "sample"
+    for name in SAMPLE_FILES:
+        assert (sample / name).read_bytes() == (ROOT / "irflow" / "evaluation" / "sample" / name).read_bytes(), name
+    # irflow imported from the built package (not the checkout), from a folder with nothing in it:
+    # importlib.resources finds the sample inside the package and `--dataset sample` evaluates it
+    code = ("import irflow, json; from irflow.evaluation.source import sample_path; "
+            "ev = irflow.evaluate(['lexical'], 'sample', metrics='ndcg@10', progress=False); "
+            "print(json.dumps([irflow.__file__, str(sample_path()), ev.n_queries]))")
+    env = {**os.environ, "PYTHONPATH": str(built), "IRFLOW_HOME": str(tmp_path / "home")}
+    (tmp_path / "cwd").mkdir()
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path / "cwd", env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    module, folder, queries = json.loads(done.stdout)
+    assert Path(module).is_relative_to(built) and Path(folder) == sample and queries == 40
 
 
 USER_CODE = """\

@@ -13,7 +13,7 @@ unexpected exception is a bug and keeps its traceback.
     irflow trace show run.jsonl --stage fuse
     irflow trace diff run.jsonl --stages dense fuse
     irflow report run.jsonl -o report.html
-    irflow eval lexical hybrid --dataset ../shared/data/scifact --sweep rrf_k=10,60 --baseline lexical
+    irflow eval lexical hybrid --dataset sample --sweep rrf_k=10,60 --baseline lexical
     irflow run my.toml --plugin my_stages --corpus ./corpus -q "sql parser"   # my_stages registers a kind
 
 ``python -m irflow`` is the same command (:mod:`irflow.__main__`).
@@ -352,9 +352,10 @@ _FUSION_NAMES = {"rrf": ("RRF", ": reciprocal ranks"), "blend": ("blend", ": cos
 @main.command("eval")
 @click.argument("recipes", nargs=-1, required=True, type=PATH_TEXT, metavar="RECIPE [RECIPE ...]")
 @plugin_option
-@click.option("--dataset", default=None, type=PATH_TEXT, metavar="DIR|irds:NAME",
-              help="A BEIR-format collection (corpus.jsonl, queries.jsonl, qrels/<split>.tsv), or irds:NAME, an "
-                   "ir_datasets collection (the irds extra); its documents are built into a corpus (cached).")
+@click.option("--dataset", default=None, type=PATH_TEXT, metavar="DIR|sample|irds:NAME",
+              help="A BEIR-format collection (corpus.jsonl, queries.jsonl, qrels/<split>.tsv); sample, the small "
+                   "collection shipped with irflow (a folder named sample is ./sample); or irds:NAME, an "
+                   "ir_datasets collection (the irds extra). Its documents are built into a corpus (cached).")
 @click.option("--corpus", "corpus_path", default=None, type=PATH_TEXT,
               help="Evaluate this corpus, built before (a directory or a name under $IRFLOW_HOME/corpora; plain or "
                    "sharded), on --queries and --qrels, instead of a --dataset.")

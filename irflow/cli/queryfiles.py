@@ -50,11 +50,11 @@ def run_queries(queries_file: Path, topic_field: str) -> dict[str, str]:
 
 def eval_collection(dataset: str | None, split: str | None, corpus: str | None, queries: Path | None,
                     qrels: Path | None, topic_field: str, build_options: dict[str, Any]) -> Collection:
-    """The collection ``irflow eval`` evaluates: a ``--dataset`` (BEIR or irds:NAME), or ``--queries`` and
+    """The collection ``irflow eval`` evaluates: a ``--dataset`` (BEIR, sample or irds:NAME), or ``--queries`` and
     ``--qrels`` files over a ``--corpus`` built before (then ``build_options``, which would not apply, must be unset).
     """
     if (dataset is None) == (corpus is None):
-        raise click.UsageError("evaluate a --dataset (a BEIR folder or irds:NAME), or a --corpus built before with "
+        raise click.UsageError("evaluate a --dataset (a BEIR folder, sample or irds:NAME), or a --corpus built before with "
                                "its --queries and --qrels files: one of the two")
     if dataset is not None:
         if queries is not None or qrels is not None:

@@ -13,9 +13,10 @@ a broken collection is fixed in one look rather than debugged.
 
 Example::
 
-    >>> collection = load_beir("../shared/data/scifact", split="test")  # doctest: +SKIP
-    >>> len(collection.documents), len(collection.eval_queries)          # doctest: +SKIP
-    (5183, 300)
+    >>> from irflow.evaluation.source import sample_path  # the sample collection shipped with irflow
+    >>> collection = load_beir(sample_path(), split="test")
+    >>> len(collection.documents), len(collection.eval_queries)
+    (300, 40)
 """
 
 from __future__ import annotations
@@ -424,8 +425,9 @@ def read_beir_qrels_file(path: str | os.PathLike[str]
 def read_beir_qrels(path: str | os.PathLike[str]) -> dict[str, dict[str, int]]:
     """Qrels from a BEIR ``qrels/<split>.tsv`` file: query id -> document id -> grade.
 
-    >>> read_beir_qrels("../shared/data/cisi/qrels/test.tsv")["1"]["28"]  # doctest: +SKIP
-    1
+    >>> from irflow.evaluation.source import sample_path
+    >>> read_beir_qrels(sample_path() / "qrels" / "test.tsv")["q01"]
+    {'d067': 2, 'd080': 2, 'd205': 1, 'd208': 2, 'd220': 2, 'd294': 1}
     """
     return _read_beir_qrels(Path(path))[0]
 
@@ -437,8 +439,9 @@ def load_beir(path: str | os.PathLike[str], split: str = "test", *, name: str | 
     run otherwise); judged documents missing from the corpus are kept in the
     qrels, as BEIR does (they still count as relevant), and logged.
 
-    >>> load_beir("../shared/data/cranfield").name  # doctest: +SKIP
-    'cranfield'
+    >>> from irflow.evaluation.source import sample_path
+    >>> load_beir(sample_path()).name
+    'sample'
     """
     root = Path(path)
     if not root.is_dir():

@@ -40,9 +40,11 @@ kept, as columns of 12 bytes per entry, only when asked (``keep_runs``,
 ``irflow eval --runs``), so the memory of an evaluation follows what its
 outputs need (see :mod:`irflow.evaluation.runs`).
 
->>> ev = evaluate(["lexical", "hybrid"], "../shared/data/scifact")   # doctest: +SKIP
->>> print(ev.table())                                                 # doctest: +SKIP
->>> print(ev.compare("lexical").table())                              # doctest: +SKIP
+>>> ev = evaluate(["lexical", "hybrid"], "sample", embedder="hash", metrics="ndcg@10,map")  # the built-in sample
+>>> print(ev.table())                                                 # doctest: +ELLIPSIS
+system   ndcg@10  ...
+>>> list(ev.compare("lexical").results)
+['hybrid']
 """
 
 from __future__ import annotations
@@ -311,8 +313,9 @@ def evaluate(
     - ``recipes``: a built-in name, a recipe file, a :class:`~irflow.engine.recipe.Recipe`,
       a list of those, or a mapping ``{label: recipe}`` to name them.
     - ``dataset``: a BEIR-format directory (``qrels/<split>.tsv`` is read),
-      ``"irds:NAME"`` (an ir_datasets collection: :mod:`irflow.evaluation.irds`)
-      or a loaded :class:`~irflow.evaluation.datasets.Collection` (``split`` is then its own).
+      ``"irds:NAME"`` (an ir_datasets collection: :mod:`irflow.evaluation.irds`),
+      ``"sample"`` (the small collection shipped with irflow; a folder of that
+      name is ``"./sample"`` or a ``Path``) or a loaded :class:`~irflow.evaluation.datasets.Collection` (``split`` is then its own).
     - ``corpus``: evaluate on this built corpus (a Corpus, a ShardedCorpus, or
       a path) instead of building one from the collection's documents; the
       collection then needs only queries and judgements

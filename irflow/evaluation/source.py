@@ -1,7 +1,13 @@
 """Where an evaluation's documents and corpus come from: a dataset spec, and the corpus built from it or given.
 
-A dataset is a BEIR-format directory or ``irds:NAME`` (an ir_datasets
-collection, :mod:`irflow.evaluation.irds`).  Its corpus is built once and
+A dataset is a BEIR-format directory, ``irds:NAME`` (an ir_datasets
+collection, :mod:`irflow.evaluation.irds`) or ``"sample"``: the small
+collection shipped inside irflow (``irflow/evaluation/sample/``, made by
+``tools/make_sample.py``), so an evaluation can be tried anywhere.  The bare
+name ``"sample"`` always means it, whatever the current directory holds (the
+same command gives the same figures everywhere); a folder of that name is
+written as a path (``./sample``, or a :class:`~pathlib.Path`), and is said
+in a warning when it would have been meant.  Its corpus is built once and
 cached (:mod:`irflow.evaluation.cache`) with the embedder every entry point
 defaults to — decided here, once per evaluation, so the Ray actors and the
 cache key agree — or it is a corpus already built and given
@@ -11,6 +17,8 @@ own embedder and analyzer.
 
 from __future__ import annotations
 
+import importlib.resources
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,21 +26,50 @@ from typing import Any
 
 from irflow.engine.recipe import Recipe
 from irflow.evaluation.cache import CorpusSource, corpus_for
-from irflow.evaluation.datasets import Collection, load_beir
+from irflow.evaluation.datasets import Collection, DatasetError, load_beir
 from irflow.evaluation.irds import is_irds, load_irds
 from irflow.evaluation.metrics import EvaluationError
 from irflow.kernels.embedders import AUTO, default_embedder
 from irflow.shard import open_corpus
 
-__all__ = ["load_dataset", "corpus_embedder", "evaluation_corpus"]
+__all__ = ["SAMPLE", "sample_path", "load_dataset", "corpus_embedder", "evaluation_corpus"]
+
+log = logging.getLogger(__name__)
+
+#: The dataset name of the collection shipped inside irflow (``--dataset sample``).
+SAMPLE = "sample"
 
 #: Built-in stage kinds that never read a corpus's vectors: recipes of these alone need no embedder.
 _LEXICAL_KINDS = frozenset({"formulate", "filter", "lexical", "fuse", "weight", "rerank", "boost", "collapse",
                             "expand"})
 
 
+def sample_path() -> Path:
+    """The folder of the built-in sample collection (package data, found by :mod:`importlib.resources`).
+
+    >>> sorted(p.name for p in sample_path().iterdir())
+    ['README.md', 'corpus.jsonl', 'qrels', 'queries.jsonl']
+    """
+    folder = importlib.resources.files("irflow.evaluation") / SAMPLE
+    if not isinstance(folder, Path) or not folder.is_dir():  # e.g. irflow imported from a zip file
+        raise DatasetError(f"the built-in sample collection is not a folder on disk ({folder}); install irflow from "
+                           "its wheel or source (pip install irflow), or pass a BEIR folder to --dataset")
+    return folder
+
+
 def load_dataset(spec: str | os.PathLike[str], split: str = "test") -> Collection:
-    """The collection ``spec`` names: ``"irds:NAME"`` (its split is part of the name), else a BEIR directory."""
+    """The collection ``spec`` names: ``"irds:NAME"`` (its split is part of the name), ``"sample"`` (the built-in
+    collection), else a BEIR directory.
+
+    >>> collection = load_dataset("sample")
+    >>> collection.name, len(collection.documents), len(collection.eval_queries)
+    ('sample', 300, 40)
+    """
+    if isinstance(spec, str) and spec == SAMPLE:
+        if os.path.isdir(SAMPLE):
+            log.warning("dataset %r is irflow's built-in sample collection; for the folder %r in %s write it as a "
+                        "path: ./%s", SAMPLE, SAMPLE, Path.cwd(), SAMPLE)
+        return load_beir(sample_path(), split, name=SAMPLE)
     if is_irds(spec):
         if split != "test":
             raise EvaluationError(f"{spec}: an ir_datasets name includes its split (e.g. irds:beir/scifact/train); "
