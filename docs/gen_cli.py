@@ -68,7 +68,7 @@ def render() -> str:
 
 def main() -> int:
     PAGE.write_text(render(), encoding="utf-8")
-    print(f"wrote {PAGE}")
+    sys.stdout.write(f"wrote {PAGE}\n")
     return 0
 
 
