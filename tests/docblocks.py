@@ -16,6 +16,11 @@ What a page says about a block, in an HTML comment on the line before it (invisi
 - ``<!-- not-run: WHY -->``: the block cannot run offline (an install, a download, a cluster);
   such blocks are few and each says why (test_docs checks both).
 
+- ``<!-- needs-data: NAME -->``: the block reads a test collection: ``sample`` (run when this
+  irflow has the packaged sample) or a BEIR folder ``NAME`` linked in from ``$IRFLOW_DATA``
+  (default ``../shared/data``; skipped, and said, when absent). A command with
+  ``--dataset sample`` needs no marker.
+
 And about the page, anywhere in it: ``<!-- needs: tools -->``: its commands use the small
 ``tools`` corpus Getting started builds (``irflow index records.jsonl --out tools``, from that
 page's ``records.jsonl``); the page says so in words too.
