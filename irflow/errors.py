@@ -8,8 +8,8 @@ Every warning is an ``IrflowWarning``.
 
 The classes are defined here, at the bottom of the layers, so that any module
 may raise any of them; the module that raises one also re-exports it
-(``irflow.engine.trace.TraceError`` is ``irflow.errors.TraceError``).  README's
-"Errors" table lists them all, with where they are raised and what they carry.
+(``irflow.engine.trace.TraceError`` is ``irflow.errors.TraceError``).  The docs'
+errors page (``docs/guides/errors.md``) lists them all, with where they are raised and what they carry.
 """
 
 from __future__ import annotations

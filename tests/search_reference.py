@@ -18,7 +18,7 @@ Ties follow the seed: a first ranking (the dense and lexical channels)
 orders equal scores by corpus row, lowest first; every later re-sort is
 Python's stable ``sorted`` (equal scores keep the order they came in), the
 fusion and the collapse accumulate in dicts, which keep first-seen order
-(README, "Ties").
+(docs/guides/exactness.md, "Ties").
 """
 
 from __future__ import annotations

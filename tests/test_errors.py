@@ -1,4 +1,4 @@
-"""One exception hierarchy: every IrflowError and IrflowWarning lives in irflow/errors.py and README's table lists it."""
+"""One exception hierarchy: every IrflowError and IrflowWarning lives in irflow/errors.py and the docs' errors page lists it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import irflow
 import irflow.errors as errors
 from irflow.errors import IrflowError, IrflowWarning, RecipeError
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ERRORS_PAGE = Path(__file__).resolve().parent.parent / "docs" / "guides" / "errors.md"
 
 
 def _subclasses(base: type) -> set[type]:
@@ -40,9 +40,9 @@ def every_module() -> list[str]:
     return names
 
 
-def _readme_table() -> dict[str, list[str]]:
-    text = README.read_text(encoding="utf-8")
-    section = text.split("\n## Errors\n", 1)[1].split("\n## ", 1)[0]
+def _errors_table() -> dict[str, list[str]]:
+    text = ERRORS_PAGE.read_text(encoding="utf-8")
+    section = text.split("\n## Every error and warning\n", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
         match = re.match(r"^\| `(\w+)` \|(.*)\|$", line)
@@ -60,8 +60,8 @@ def test_every_error_and_warning_is_defined_in_errors_py(every_module: list[str]
     assert len(ours) >= 30
 
 
-def test_readme_lists_every_error_with_its_parents(every_module: list[str]) -> None:
-    table = _readme_table()
+def test_the_errors_page_lists_every_error_with_its_parents(every_module: list[str]) -> None:
+    table = _errors_table()
     defined = {name: cls for name, cls in vars(errors).items()
                if isinstance(cls, type) and issubclass(cls, (IrflowError, IrflowWarning)) and not name.startswith("_")}
     assert set(table) == set(defined)

@@ -210,7 +210,7 @@ def test_english_is_thread_safe() -> None:
 
 def test_defaults() -> None:
     assert ANALYZERS == ("plain", "identifier", "english")
-    assert DEFAULT_ANALYZER == "english"  # chosen by measurement (README, "Quality")
+    assert DEFAULT_ANALYZER == "english"  # chosen by measurement (docs/guides/quality.md)
     assert get_analyzer(None) == Analyzer("english")
     assert get_analyzer() == Analyzer()
     plain, ident, english = (Analyzer(n) for n in ANALYZERS)

@@ -8,7 +8,7 @@ of the list under key ``s`` contributes ``weights[s] / (rrf_k + r)``.
 
 Ties: equal scores keep first-seen order — within a list, the list's order;
 across lists, mapping order, then rank — the rule of the engine's fuse stage
-and of the seed (README, "Ties"), deterministic for the same inputs.
+and of the seed (docs/guides/exactness.md, "Ties"), deterministic for the same inputs.
 
 >>> from irflow.store.records import SearchHit
 >>> fused = fuse_hits({"a": [SearchHit("x", "name", 0.9), SearchHit("y", "name", 0.5)],

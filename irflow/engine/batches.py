@@ -504,7 +504,7 @@ class Candidates:
         """Each query's candidates best score first; equal scores keep their current order.
 
         Stable, the seed's rule for a stage that re-sorts what it received
-        (README, "Ties"): the earlier ranking breaks the tie, which is as
+        (docs/guides/exactness.md, "Ties"): the earlier ranking breaks the tie, which is as
         reproducible as the corpus row (that ranking is itself
         deterministic).  lexsort is stable: equal keys keep their positions.
         """

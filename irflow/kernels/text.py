@@ -37,7 +37,7 @@ the records it is scored against are always cut the same way.  Three presets:
     The identifier tokens with the *prose* rules, minus an English stopword
     list (:data:`irflow.kernels.stopwords.ENGLISH_STOPWORDS`), then Snowball English
     stemming (PyStemmer).  The prose rules tell words of running text from
-    identifiers (chosen on tuning queries: README, "Quality"):
+    identifiers (chosen on tuning queries: docs/guides/quality.md):
 
     - a hyphen-joined unit without a dot is a compound word of prose
       (``well-defined``, ``TNF-α``, ``IL-1β``, and so ``scikit-learn`` and
@@ -82,8 +82,8 @@ ANALYZERS: tuple[str, ...] = ("plain", "identifier", "english")
 #: best mean nDCG@10 of the lexical recipe on the tuning queries of SciFact
 #: (train), Cranfield and CISI (a seeded half) — 0.482 against 0.430 (plain)
 #: and 0.428 (identifier); with the prose rules 0.484, at or above rank_bm25
-#: over stopworded Snowball-stemmed tokens on each tuning set (README,
-#: "Quality on real test collections"; benchmarks/quality/analyzer_prose.py).
+#: over stopworded Snowball-stemmed tokens on each tuning set (docs/guides/quality.md,
+#: "The prose rules of the english analyzer"; benchmarks/quality/analyzer_prose.py).
 #: It keeps identifiers whole and adds their parts, so names still match.
 DEFAULT_ANALYZER = "english"
 
