@@ -50,6 +50,7 @@ __all__ = [
     "cli_default_embedder",
     "normalize_rows",
     "check_dimension",
+    "check_digest",
 ]
 
 
@@ -83,6 +84,27 @@ def check_dimension(embedder_desc: "str | Embedder", got_dim: int | None, corpus
         f"{desc} produces {got_dim}-dimensional vectors, but the corpus holds {corpus_dim}-dimensional "
         f"vectors; use the embedder the corpus was built with (its manifest records the spec), "
         f"or rebuild the corpus with this one"
+    )
+
+
+def check_digest(embedder: "Embedder", recorded: Any, corpus: str = "the corpus") -> None:
+    """Raise :class:`EmbedderError` when ``embedder`` runs another graph than the one that made a corpus's vectors.
+
+    ``recorded`` is the digest the corpus manifest holds (None in corpora of
+    earlier releases and for embedders without one: nothing to compare).
+    The same spec can name another graph — a model folder whose file
+    changed, a spec whose graph a release changed —, and query vectors from
+    another graph than the documents' would rank by a different geometry
+    with no error anywhere.  An embedder with no digest (a user's) is
+    trusted, as its dimension is.
+    """
+    got = embedder.digest()
+    if recorded is None or got is None or got == recorded:
+        return
+    raise EmbedderError(
+        f"{corpus}'s vectors were made by the graph with digest {recorded}, but {embedder.describe()} runs the graph "
+        f"with digest {got}; queries must be embedded by the graph that embedded the documents: open the corpus "
+        f"with the embedder it was built with, or rebuild it with this one"
     )
 
 

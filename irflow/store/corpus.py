@@ -26,7 +26,7 @@ from irflow.errors import CorpusError, EmbedderError
 from irflow.kernels import bm25 as _bm25
 from irflow.kernels import dense as _dense
 from irflow.kernels.columns import MetadataColumns
-from irflow.kernels.embedders import Embedder, LazyEmbedder, check_dimension, resolve_embedder
+from irflow.kernels.embedders import Embedder, LazyEmbedder, check_digest, check_dimension, resolve_embedder
 from irflow.kernels.filters import CompiledFilter
 from irflow.kernels.postings import Postings
 from irflow.kernels.text import Analyzer, get_analyzer
@@ -301,6 +301,7 @@ class Corpus:
         embedder = self.embedder
         if embedder is None:
             raise EmbedderError(self._no_embedder_message())
+        check_digest(embedder, None if self._embedder_info is None else self._embedder_info.digest, self._label())
         vectors = embedder.embed_queries([texts] if isinstance(texts, str) else list(texts))
         check_dimension(embedder.describe(), int(vectors.shape[1]), self.dim)
         return vectors
