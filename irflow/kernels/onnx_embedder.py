@@ -54,7 +54,7 @@ import numpy as np
 
 from irflow.errors import EmbedderError
 from irflow.kernels.onnx_cache import CachedGraph, cached_graph
-from irflow.kernels.onnx_fastgraph import FAST_GRAPH_VERSION, build_fast_graph
+from irflow.kernels.onnx_fastgraph import FAST_GRAPH_VERSION, UNFUSED, build_fast_graph
 from irflow.util.extras import install_hint
 from irflow.util.fileio import loads_json, open_regular, read_text
 from irflow.util.unicode import check_text
@@ -392,7 +392,8 @@ class OnnxEmbedder:
                 model: str | bytes = str(files.model)
                 if self.graph == "fast":
                     model = _fast_graph(ort, files).data
-                session = _session(ort, model, files.model, self.threads or onnx_threads())
+                session = _session(ort, model, files.model, self.threads or onnx_threads(),
+                                   unfused=UNFUSED if self.graph == "fast" else ())
                 names = frozenset(i.name for i in session.get_inputs())
                 needed = {"input_ids"} if self.graph == "fast" else {"input_ids", "attention_mask"}
                 if not needed <= names:
@@ -448,8 +449,11 @@ def _fast_graph(ort: Any, files: _Files) -> CachedGraph:
     return cached_graph(key, lambda: build_fast_graph(files.model))
 
 
-def _session(ort: Any, model: str | bytes, path: Path, threads: int) -> Any:
-    """An onnxruntime CPU session of ``model`` (a file name, or a graph's bytes; ``path`` names it in messages)."""
+def _session(ort: Any, model: str | bytes, path: Path, threads: int, *, unfused: Sequence[str] = ()) -> Any:
+    """An onnxruntime CPU session of ``model`` (a file name, or a graph's bytes; ``path`` names it in messages).
+
+    ``unfused``: onnxruntime optimizers to turn off for this graph.
+    """
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
@@ -458,7 +462,8 @@ def _session(ort: Any, model: str | bytes, path: Path, threads: int) -> Any:
     # idle workers sleep instead of spinning: CPU time goes to embedding, not waiting
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     try:
-        return ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"],
+                                    disabled_optimizers=list(unfused))
     except Exception as exc:  # noqa: BLE001 — onnxruntime raises its own types
         raise EmbedderError(f"{path}: onnxruntime cannot load this ONNX model ({_detail(exc)}); "
                             f"{_MODEL_FIX}") from exc
