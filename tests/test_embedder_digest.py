@@ -68,7 +68,8 @@ def test_corpora_without_a_digest_keep_working(tmp_path):
     # and embedders without a digest write the manifest entry as before (earlier releases read it)
     irflow.build(records(), embedder="hash", path=tmp_path / "hash")
     assert set(_manifest_embedder(tmp_path / "hash")) == {"spec", "dim", "description", "source"}
-    assert EmbedderInfo(**{"spec": "hash:256", "dim": 256, "description": "", "source": "embedded"}).digest is None
+    old_entry = {"spec": "hash:256", "dim": 256, "description": "", "source": "embedded"}  # an earlier release's
+    assert EmbedderInfo(**old_entry).digest is None and EmbedderInfo(**old_entry).to_dict() == old_entry
 
 
 def test_a_user_embedder_is_trusted_like_its_dimension(tmp_path):

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from irflow.errors import EmbedderError
-from irflow.kernels import onnx_cache, onnx_embedder, onnx_fastgraph
+from irflow.kernels import onnx_cache, onnx_embedder, onnx_fastgraph, onnx_run
 from irflow.kernels.embedders import resolve_embedder
 from irflow.kernels.onnx_embedder import OnnxEmbedder, pinned_model_available
 from irflow.util.extras import install_hint
@@ -99,13 +99,13 @@ def test_a_text_gets_the_same_bits_in_any_batch_on_one_or_two_threads(fast, pick
 
 def test_batches_hold_texts_of_one_length_and_keep_the_budget():
     lengths = np.array([5, 7, 5, 5, 300, 7, 9, 5] + [3] * 200)
-    batches = onnx_embedder._batches(lengths, same_length=True)
+    batches = onnx_run.batches(lengths, same_length=True)
     assert sorted(np.concatenate(batches).tolist()) == list(range(len(lengths)))
     for rows in batches:
         assert len(set(lengths[rows].tolist())) == 1
-        assert len(rows) == 1 or len(rows) * int(lengths[rows[0]]) <= onnx_embedder._FAST_TOKEN_BUDGET
-        assert len(rows) <= onnx_embedder._MAX_BATCH
-    padded = onnx_embedder._batches(lengths, same_length=False)
+        assert len(rows) == 1 or len(rows) * int(lengths[rows[0]]) <= onnx_run.FAST_TOKEN_BUDGET
+        assert len(rows) <= onnx_run.MAX_BATCH
+    padded = onnx_run.batches(lengths, same_length=False)
     assert any(len(set(lengths[rows].tolist())) > 1 for rows in padded)  # the exact graph pads
 
 

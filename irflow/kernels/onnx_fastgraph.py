@@ -103,8 +103,10 @@ class _Source:
     def _int8_weight(self, made_by: dict[str, Any], name: str) -> tuple[np.ndarray, np.ndarray]:
         """(int8 weight, float32 column scales) of a weight the export computes as Cast(q) * scale."""
         scaled = made_by.get(name)
-        cast = made_by.get(scaled.input[0]) if scaled is not None and scaled.op_type == "Mul" else None
-        if cast is None or cast.op_type != "Cast" or scaled.input[1] not in self.arrays:
+        if scaled is None or scaled.op_type != "Mul":
+            raise _unexpected(f"the weight {name} is not an int8 tensor times its scales")
+        cast = made_by.get(scaled.input[0])
+        if cast is None or cast.op_type != "Cast" or cast.input[0] not in self.arrays or scaled.input[1] not in self.arrays:
             raise _unexpected(f"the weight {name} is not an int8 tensor times its scales")
         return self.arrays[cast.input[0]], self.arrays[scaled.input[1]]
 
@@ -122,7 +124,8 @@ class _Source:
 
     def dequantized(self, name: str) -> np.ndarray:
         """An embedding table as the export computes it: int8 rows times their scales, float32."""
-        return (self.arrays[name + "_q"].astype(np.float32) * self.arrays[name + "_scale"]).astype(np.float32)
+        table: np.ndarray = (self.arrays[name + "_q"].astype(np.float32) * self.arrays[name + "_scale"])
+        return table.astype(np.float32)
 
 
 def _unexpected(what: str) -> EmbedderError:
@@ -268,9 +271,12 @@ def build_fast_graph(source_path: Path) -> bytes:
     onnx = _onnx()
     source = _Source(onnx, source_path)
     w = _Writer(onnx)
-    hidden = _embeddings(w, source)
-    for layer in range(_LAYERS):
-        hidden = _layer(w, source, layer, hidden)
+    try:
+        hidden = _embeddings(w, source)
+        for layer in range(_LAYERS):
+            hidden = _layer(w, source, layer, hidden)
+    except KeyError as exc:  # a LayerNorm or embedding tensor the export should hold
+        raise _unexpected(f"it has no tensor {exc}") from None
     w.nodes.append(onnx.helper.make_node("Identity", [hidden], ["last_hidden_state"], name="last_hidden_state"))
     helper, tensor = onnx.helper, onnx.TensorProto
     graph = helper.make_graph(
