@@ -33,6 +33,7 @@ exact one.  Document and query vectors are cached under ``--vector-cache`` (defa
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -151,7 +152,10 @@ def speed(args: argparse.Namespace, st_model: Any) -> None:
 
 
 class CachedVectors:
-    """An embedder object serving vectors from a file per graph digest, embedding (and saving) what is missing."""
+    """An embedder object serving vectors from a file per graph digest, embedding (and saving) what is missing.
+
+    Texts are keyed by their sha256 (a fixed-width key keeps the file small).
+    """
 
     def __init__(self, spec: str, folder: str) -> None:
         from irflow.kernels.embedders import resolve_embedder
@@ -161,23 +165,29 @@ class CachedVectors:
         self.table: dict[str, np.ndarray] = {}
         if os.path.isfile(self.file):
             with np.load(self.file, allow_pickle=False) as saved:
-                self.table = dict(zip(saved["texts"].tolist(), saved["vectors"]))
+                keys = saved["keys"].tolist() if "keys" in saved else [self.key(t) for t in saved["texts"].tolist()]
+                self.table = dict(zip(keys, saved["vectors"]))
         self.added = 0
 
+    @staticmethod
+    def key(text: str) -> str:
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
     def embed(self, texts: Sequence[str], kind: str) -> np.ndarray:
-        missing = [t for t in dict.fromkeys(texts) if t not in self.table]
+        keys = [self.key(t) for t in texts]
+        missing = list({k: t for k, t in zip(keys, texts) if k not in self.table}.items())
         for start in range(0, len(missing), 256):
             batch = missing[start:start + 256]
-            self.table.update(zip(batch, self.embedder.embed_documents(batch)))
+            self.table.update(zip([k for k, _ in batch], self.embedder.embed_documents([t for _, t in batch])))
             self.added += len(batch)
-        return np.stack([self.table[t] for t in texts])
+        return np.stack([self.table[k] for k in keys])
 
     def save(self) -> None:
         if self.added:
             os.makedirs(os.path.dirname(self.file), exist_ok=True)
-            texts = list(self.table)
+            keys = list(self.table)
             tmp = f"{self.file}.{os.getpid()}.tmp.npz"
-            np.savez(tmp, texts=np.array(texts), vectors=np.stack([self.table[t] for t in texts]))
+            np.savez(tmp, keys=np.array(keys), vectors=np.stack([self.table[k] for k in keys]))
             os.replace(tmp, self.file)
             self.added = 0
 
@@ -212,7 +222,7 @@ def quality(args: argparse.Namespace) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--docs", type=int, default=1000, help="texts per set (summaries: as many as installed)")
-    parser.add_argument("--chunk", type=int, default=64, help="texts per call, as a build hands them over")
+    parser.add_argument("--chunk", type=int, default=512, help="texts per call, as irflow.build hands them over")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     parser.add_argument("--quick", action="store_true", help="16 texts per set, 1 repeat, no quality")
