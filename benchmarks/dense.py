@@ -8,7 +8,9 @@ of the rows (fixed seed) — scattered rows, the worst case for a gather.
 
 Systems, all exact, top 10 by inner product (= cosine):
 
-* irflow — ``irflow.kernels.dense.dense_topk(matrix, queries, mask, 10)``: BLAS
+* irflow — ``irflow.kernels.dense.dense_topk(matrix, queries, mask, 10)``, without
+  the int8 codes a corpus builds where numba is installed (so: the plan an install
+  without numba runs; ``benchmarks/dense_codes.py`` measures the codes' scan): BLAS
   ranks (a matrix-vector product for one query, row tiles of a matrix
   product with a running top-k for a batch; gathered rows under a selective
   filter), then the few candidates get their exact score from the vectors

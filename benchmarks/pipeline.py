@@ -131,7 +131,7 @@ def fuse_collapse(dense: Any, lexical: Any, n_queries: int, n_rows: int,
     g_q = q[first]
     # a query whose lexical channel found nothing passes the dense ranking through, with its scores
     passthrough = np.bincount(lq, minlength=n_queries) == 0
-    g_order = np.lexsort((row[first], -fused, g_q))  # equal scores by corpus row (README, "Ties")
+    g_order = np.lexsort((first, -fused, g_q))  # equal scores keep first-seen order (README, "Ties")
     g_order = g_order[~passthrough[g_q[g_order]]]
     pt = np.flatnonzero(passthrough[q] & (src == 0))
     out_q = np.concatenate([g_q[g_order], q[pt]])

@@ -13,6 +13,8 @@ lexical, fuse, weight, rerank, boost, collapse, expand) declared in a recipe
 
 from __future__ import annotations
 
+import logging
+
 from irflow.engine.batches import Candidates, QueryBatch, Scale
 from irflow.kernels.bm25 import BM25Params
 from irflow.api.constants import (
@@ -58,13 +60,17 @@ from irflow.engine.stage import Stage
 from irflow.store.record_store import CorpusStore
 from irflow.kernels.text import ANALYZERS, Analyzer, get_analyzer
 from irflow.engine.trace import Trace, diff
-# open_corpus opens plain and sharded corpora alike; irflow.shard is the package, callable as
-# irflow.shard(corpus, n, path) (irflow.shard.shard)
-from irflow import shard
-from irflow.shard import ShardedCorpus, open_corpus
+# open_corpus opens plain and sharded corpora alike.  irflow.shard is the function: this binding
+# replaces the subpackage the import set on irflow (its modules stay importable by path:
+# from irflow.shard.driver import ..., from irflow.shard import driver)
+from irflow.shard import ShardedCorpus, open_corpus, shard
 from irflow.engine import registry
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+
+# a library configures no logging: its records go where the application sends them (the irflow
+# command sends them to stderr: -v, -q, --log-level), and nowhere without one
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
     "ANALYZERS",

@@ -277,6 +277,10 @@ class LedgerWarning(IrflowWarning):
     """Expansion skipped ledger entries it could not resolve (a stale ledger, or no entry at all)."""
 
 
+class StandInEmbedderWarning(IrflowWarning):
+    """No embedding model is installed, so the default embedder is the ``"hash"`` stand-in (said once per process)."""
+
+
 class ShardUnavailableError(CorpusError):
     """A shard of a sharded corpus could not answer (its server died for good): the call gives no answer."""
 

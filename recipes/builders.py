@@ -28,10 +28,11 @@ def _first_stage(builder: RecipeBuilder, *, lexical_params: bool) -> RecipeBuild
 
 
 def hybrid() -> Recipe:
-    """Dense and BM25 over the filtered candidates, fused by RRF or blend, best surface per artifact."""
+    """Dense and BM25 over the filtered candidates, fused by the blend (or RRF), best surface per artifact."""
     builder = RecipeBuilder(
         "hybrid", output="collapse",
-        description="dense and BM25 over the filtered candidates, fused by RRF or blend, best surface per artifact")
+        description="dense and BM25 over the filtered candidates, fused by the blend (or RRF: fusion=rrf), "
+                    "best surface per artifact")
     _first_stage(builder, lexical_params=True)
     builder.param("fusion", "blend", choices=["rrf", "blend"])
     builder.params(rrf_k=60, alpha=0.5, bm25_sat_k=16.0)
@@ -43,12 +44,26 @@ def hybrid() -> Recipe:
     return builder.build()
 
 
+def _deepen(builder: RecipeBuilder, **when: Any) -> RecipeBuilder:
+    """``deepen_to``: ``k`` for a per-artifact search over one channel whose ``fetch_k`` the caller did not set.
+
+    Such a channel fetches each query text deeper until its candidates hold
+    ``k`` artifacts or no more match: the exact per-artifact top ``k``,
+    never fewer hits while more artifacts match.
+    """
+    args: dict[str, Any] = {"k": ref("k"), "given": ref("fetch_k"), "if_all": [ref("per_artifact")]}
+    if when:
+        args["when"] = when
+    return builder.derive("deepen_to", "deepen", **args)
+
+
 def dense() -> Recipe:
     """Exact cosine over the filtered candidates, best surface per artifact."""
     builder = RecipeBuilder("dense", output="collapse",
                             description="exact cosine over the filtered candidates, best surface per artifact")
     _first_stage(builder, lexical_params=False)
-    builder.stage("dense", "dense", inputs=["candidates"], fetch_k=ref("fetch_k"))
+    _deepen(builder)
+    builder.stage("dense", "dense", inputs=["candidates"], fetch_k=ref("fetch_k"), deepen_to=ref("deepen_to"))
     builder.stage("collapse", "collapse", inputs=["dense"], k=ref("k"), per_artifact=ref("per_artifact"))
     return builder.build()
 
@@ -58,7 +73,9 @@ def lexical() -> Recipe:
     builder = RecipeBuilder("lexical", output="collapse",
                             description="BM25 over the filtered candidates, best surface per artifact")
     _first_stage(builder, lexical_params=True)
-    builder.stage("lexical", "lexical", inputs=["candidates"], fetch_k=ref("fetch_k"), bm25=ref("bm25"))
+    _deepen(builder)
+    builder.stage("lexical", "lexical", inputs=["candidates"], fetch_k=ref("fetch_k"), bm25=ref("bm25"),
+                  deepen_to=ref("deepen_to"))
     builder.stage("collapse", "collapse", inputs=["lexical"], k=ref("k"), per_artifact=ref("per_artifact"))
     return builder.build()
 
@@ -72,7 +89,8 @@ def search() -> Recipe:
     """
     builder = RecipeBuilder(
         "search", output="collapse",
-        description="the seed's search(): filter, dense/lexical/hybrid, surface weights, rerank, boost, "
+        description="the seed's search(): filter, dense (mode=dense, the default), lexical or hybrid (fused by "
+                    "RRF, or the blend: fusion=blend), surface weights, rerank (none by default), boost, "
                     "best surface per artifact")
     builder.params(k=10, per_artifact=True)
     builder.param("mode", "dense", choices=["dense", "lexical", "hybrid"])
@@ -84,7 +102,9 @@ def search() -> Recipe:
     builder.derive("fetch_k", "over_fetch", k=ref("k"), if_any=[ref("per_artifact"), *later])
     # a query formulated into several texts runs one sub-search per text with per_artifact = false
     builder.derive("subquery_fetch_k", "over_fetch", given=ref("fetch_k"), k=ref("k"), if_any=later)
-    depth: dict[str, Any] = {"fetch_k": ref("fetch_k"), "subquery_fetch_k": ref("subquery_fetch_k")}
+    _deepen(builder, mode=["dense", "lexical"])  # one channel: a fused ranking's scores depend on fetch_k
+    depth: dict[str, Any] = {"fetch_k": ref("fetch_k"), "subquery_fetch_k": ref("subquery_fetch_k"),
+                             "deepen_to": ref("deepen_to")}
     builder.stage("formulate", "formulate", formulator=ref("formulate"))
     builder.stage("candidates", "filter", filter=ref("filter"), surfaces=ref("surfaces"))
     channel_inputs = {"mask": "candidates", "query": "formulate"}
@@ -143,7 +163,8 @@ def hybrid_rerank() -> Recipe:
     """
     builder = RecipeBuilder(
         "hybrid-rerank", output="collapse",
-        description="dense and BM25 fused by RRF, the top fetch_k reranked, best surface per artifact")
+        description="dense and BM25 fused by the blend (or RRF: fusion=rrf), the top fetch_k reranked by the "
+                    "reranker given (none by default: the fused order), best surface per artifact")
     _reranked_hybrid(builder)
     return _rerank_and_collapse(builder, "cut").build()
 
@@ -160,7 +181,8 @@ def expand_rerank() -> Recipe:
     """
     builder = RecipeBuilder(
         "expand-rerank", output="collapse",
-        description="hybrid retrieval, each hit expanded to its neighbouring surfaces, all reranked, "
+        description="dense and BM25 fused by the blend (or RRF: fusion=rrf), each hit expanded to its "
+                    "neighbouring surfaces, all reranked by the reranker given (none by default), "
                     "best surface per artifact")
     _reranked_hybrid(builder)
     builder.param("window", 1).param("expand_surfaces", None)

@@ -3,8 +3,8 @@
 The seed's ``dep_boost``: a :data:`~irflow.api.constants.ScoreBoost` (``hit ->
 float``; :func:`irflow.api.boosts.dependency_evidence_boost` builds one) is
 called with each candidate as a :class:`~irflow.store.records.SearchHit` carrying
-its current score; the value is added and the candidates are re-sorted,
-equal scores by corpus row (lowest first, README "Ties").  Scale
+its current score; the value is added and the candidates are re-sorted
+*stably* (equal scores keep their input order, README "Ties").  Scale
 ``boosted``; provenance ``<stage>.value`` and ``<stage>.input_score``.
 Without a boost the stage passes through.
 """
@@ -29,7 +29,7 @@ __all__ = ["Boost"]
 @register_stage
 @attrs.frozen
 class Boost(Stage):
-    """Add ``boost(hit)`` to each candidate's score and re-sort (ties by row)."""
+    """Add ``boost(hit)`` to each candidate's score and re-sort stably."""
 
     kind = "boost"
     inputs = (Port("candidates", CANDIDATES, "ranked candidates (reranked, when there is a reranker)"),)

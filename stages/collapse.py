@@ -4,19 +4,19 @@ Merges formulated sub-queries back to their original query
 (``QueryBatch.origin``) and collapses surface hits the way the seed does:
 
 - ``per_artifact = true`` (default): for each original query, the best
-  surface of each (source, artifact) — highest score, and on a tie the
-  lower corpus row wins;
-- ``per_artifact = false``: each record once, with its best score.
+  surface of each (source, artifact) — highest score, and on a tie the one
+  that came first in the input (earlier sub-query, then better rank): the
+  surface that ranked first, not the artifact's lowest row;
+- ``per_artifact = false``: each record once, with its best score (a tie:
+  its earlier entry).
 
-A record found by several sub-queries with the same score keeps its earlier
-entry (earlier sub-query, then better rank) for the provenance columns.
-
-The survivors are sorted by score, equal scores by corpus row (lowest
-first: the kernels' rule, README "Ties"), and cut to ``k``.
+The survivors are sorted by score, *stably* — equal scores keep the order in
+which their artifact (or record) first appeared in the input, as the seed's
+dict of best hits keeps it (README "Ties") — and cut to ``k``.
 
 ``subquery_k`` reproduces the seed's multi-query formulation: when an
 original query was formulated into several texts, each text is a sub-search
-that returns only its best ``subquery_k`` records (by score, ties by row)
+that returns only its best ``subquery_k`` records (sorted by score, stably)
 before the union merges; a query formulated into one text is untouched.
 Vectorized with lexsort; no per-candidate Python loop.  The output's
 queries are the original batch; provenance gains ``<stage>.merged`` (how
@@ -28,17 +28,17 @@ constant within a run.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import attrs
 import numpy as np
 
-from irflow.engine import CANDIDATES, Candidates, Port, QueryBatch, Scale, Stage, StageContext, Upstream, boolean, param, \
-    positive_int, register_stage
+from irflow.engine import CANDIDATES, Candidates, Port, Promise, QueryBatch, Scale, Stage, StageContext, Upstream, \
+    boolean, param, positive_int, register_stage
 
-from ._util import several_texts
+from ._util import artifact_codes, several_texts
 
-__all__ = ["Collapse", "KEYS"]
+__all__ = ["Collapse", "KEYS", "artifact_codes"]
 
 #: What identifies a result for the per-artifact collapse.
 KEYS: tuple[str, ...] = ("source+artifact",)
@@ -65,6 +65,9 @@ class Collapse(Stage):
         ups = inputs.get("candidates", ())
         return ups[0].scales if ups else None
 
+    def promised(self) -> Promise:
+        return Promise(self.k, self.per_artifact)
+
     def run(self, ctx: StageContext, candidates: Candidates) -> Candidates:
         if self.subquery_k is not None and len(candidates.queries) > 1:  # one text is no sub-query
             candidates = _cut_subqueries(candidates, self.subquery_k)
@@ -85,19 +88,20 @@ class Collapse(Stage):
         """The best entry of each (original query, ``codes``) group, ``merged`` counting the group, top ``k``."""
         m = len(candidates)
         score = candidates.score
-        row = candidates.row
         origin = candidates.origin_index.astype(np.int64)
-        position = np.arange(m)
-        # best entry of each (query, key) group: highest score, then lowest row, then earliest position
-        order = np.lexsort((position, row, -score, codes, origin))
+        # best entry of each (query, key) group: highest score, then the earliest in the input (lexsort is
+        # stable: equal keys keep their input order)
+        order = np.lexsort((-score, codes, origin))
         g_origin, g_code = origin[order], codes[order]
         starts = np.ones(m, dtype=bool)
         starts[1:] = (g_origin[1:] != g_origin[:-1]) | (g_code[1:] != g_code[:-1])
         start_at = np.flatnonzero(starts)
         winners = order[starts]
         merged = np.diff(np.append(start_at, m))
-        # the winners by score, ties by row (groups hold distinct rows: a total order)
-        final = np.lexsort((row[winners], -score[winners], origin[winners]))
+        # the winners by score, stably: a tie goes to the group that appeared first in the input (the
+        # seed's dict keeps a key where it was first inserted, whatever later entry wins its value)
+        first_seen = np.minimum.reduceat(order, start_at)
+        final = np.lexsort((first_seen, -score[winners], origin[winners]))
         # the cut to k: position within each original query's (sorted) run
         sorted_origin = origin[winners[final]]
         run_start = np.searchsorted(sorted_origin, sorted_origin, side="left")
@@ -107,45 +111,21 @@ class Collapse(Stage):
     def _distinct(self, ctx: StageContext, candidates: Candidates, root: QueryBatch) -> Candidates:
         """:meth:`run` when every candidate is a group of its own (distinct artifacts, or distinct rows).
 
-        Every group is one entry, its own winner (``merged`` = 1), so the
-        general path reduces to one sort by query, score, row (a total order:
-        rows are distinct) and the cut to ``k`` — the same entries, in the
-        same order, without grouping (a fixed cost of every ``search()``).
+        Every group is one entry, its own winner (``merged`` = 1), first seen
+        where it stands, so the general path reduces to one stable sort by
+        query and score and the cut to ``k`` — the same entries, in the same
+        order, without grouping (a fixed cost of every ``search()``).
         """
-        row, score = candidates.row, candidates.score
+        score = candidates.score
         if len(candidates.queries) == 1:  # one query text (every search()): one ranking, cut to k
-            chosen = np.lexsort((row, -score))[:self.k]
+            chosen = np.argsort(-score, kind="stable")[:self.k]
             return _chosen(ctx.name, candidates, root, chosen, np.ones(chosen.size, dtype=np.int32))
         origin = candidates.origin_index.astype(np.int64)
-        final = np.lexsort((row, -score, origin))
+        final = np.lexsort((-score, origin))  # stable: equal scores keep their input order
         sorted_origin = origin[final]
         run_start = np.searchsorted(sorted_origin, sorted_origin, side="left")
         chosen = final[np.arange(final.size) - run_start < self.k]
         return _chosen(ctx.name, candidates, root, chosen, np.ones(chosen.size, dtype=np.int32))
-
-
-def artifact_codes(artifacts: np.ndarray, hash_of: Callable[[object], int] = hash) -> np.ndarray:
-    """Group codes of ids (an object array): equal ids get equal codes, different ids different ones.
-
-    Grouped by each id's hash — Python keeps it in every str, and int64 keys sort fast where
-    an object array compares ids pair by pair (``np.unique`` over a batch's 12,800 artifact
-    ids: ~12 ms, this ~3.5 ms) — then checked exactly: if two different ids share a hash, the
-    ids themselves are grouped.  Codes mean nothing across calls.
-
-    >>> codes = artifact_codes(np.array(["b", "a", "b"], dtype=object))
-    >>> bool(codes[0] == codes[2] != codes[1])
-    True
-    """
-    hashes = np.fromiter(map(hash_of, artifacts.tolist()), dtype=np.int64, count=artifacts.size)
-    _, codes = np.unique(hashes, return_inverse=True)
-    codes = codes.reshape(-1).astype(np.int64)
-    order = np.argsort(codes, kind="stable")
-    grouped, ids = codes[order], artifacts[order]
-    same_code = grouped[1:] == grouped[:-1]
-    if not bool((ids[1:][same_code] == ids[:-1][same_code]).all()):  # a hash two ids share: group the ids
-        _, codes = np.unique(artifacts, return_inverse=True)
-        codes = codes.reshape(-1).astype(np.int64)
-    return codes
 
 
 def _chosen(name: str, candidates: Candidates, root: QueryBatch, chosen: np.ndarray,
@@ -163,19 +143,17 @@ def _chosen(name: str, candidates: Candidates, root: QueryBatch, chosen: np.ndar
 
 
 def _cut_subqueries(candidates: Candidates, k: int) -> Candidates:
-    """Each sub-query text's best ``k`` candidates, best first (ties by row); other texts untouched.
+    """Each sub-query text's best ``k`` candidates, best first (stable); other texts untouched.
 
     A sub-search's own collapse (``per_artifact=false``) sorts its ranking by
-    score and cuts it to ``k``; its rows are already distinct.
+    score, stably, and cuts it to ``k``; its rows are already distinct.
     """
     several = several_texts(candidates.queries)
     if not several.any() or len(candidates) == 0:
         return candidates
     sub = several[candidates.query_index]
-    position = np.arange(len(candidates))
-    # sub-query entries by score, ties by row; the others keep their order
-    order = np.lexsort((position, np.where(sub, candidates.row, 0), np.where(sub, -candidates.score, 0.0),
-                        candidates.query_index))
+    # sub-query entries by score, stably (lexsort keeps equal keys in place); the others keep their order
+    order = np.lexsort((np.where(sub, -candidates.score, 0.0), candidates.query_index))
     ordered = candidates.take(order)
     keep = ~sub[order] | (ordered.rank <= k)
     return ordered if bool(keep.all()) else ordered.select(keep)

@@ -10,6 +10,13 @@ it is not).  Output scale: cosine; provenance ``<stage>.score`` and
 ``subquery_fetch_k`` (optional) gives each text of a query that a formulate
 stage turned into several texts its own depth: those texts are the seed's
 sub-searches, which fetch by their own rule.
+
+``deepen_to`` (optional; the built-in recipes set it to ``k`` for a
+per-artifact search over one channel whose ``fetch_k`` the caller did not
+set): a text whose ``fetch_k`` candidates hold fewer distinct artifacts asks
+again at twice the depth until they hold that many or nothing more matches,
+so the collapse keeps the exact per-artifact top ``k`` instead of fewer hits
+(texts of a query formulated into several are sub-searches: not deepened).
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import numpy as np
 from irflow.engine import CANDIDATES, MASK, QUERIES, Candidates, Port, QueryBatch, Scale, Stage, StageContext, \
     Upstream, param, positive_int, register_stage
 
-from ._util import channel, cut_per_text, empty_channel, fetch_depth, unique_texts
+from ._util import channel, cut_per_text, deepen, empty_channel, fetch_depth, several_texts, unique_texts
 
 __all__ = ["Dense"]
 
@@ -43,9 +50,22 @@ class Dense(Stage):
     subquery_fetch_k: int | None = param(
         None, validator=attrs.validators.optional(positive_int),
         doc="depth for each text of a query formulated into several (a sub-search); none: fetch_k")
+    deepen_to: int | None = param(
+        None, validator=attrs.validators.optional(positive_int),
+        doc="fetch a text deeper (fetch_k doubled) until its candidates hold this many artifacts or no more "
+            "match; none: fetch exactly fetch_k")
 
     def output_scales(self, inputs: Mapping[str, tuple[Upstream, ...]]) -> frozenset[Scale]:
         return frozenset({Scale.COSINE})
+
+    def fetch_depths(self, queries: QueryBatch) -> np.ndarray:
+        depths = np.full(len(queries), self.fetch_k, dtype=np.int64)
+        if self.subquery_fetch_k is not None:
+            depths[several_texts(queries)] = self.subquery_fetch_k
+        return depths
+
+    def deeper(self, depth: int) -> "Dense":
+        return attrs.evolve(self, fetch_k=depth, subquery_fetch_k=None, deepen_to=None)
 
     def run(self, ctx: StageContext, mask: np.ndarray, query: QueryBatch) -> Candidates:
         if len(query) == 0 or not mask.any():
@@ -61,4 +81,8 @@ class Dense(Stage):
         found = channel(query, topk, inverse, Scale.COSINE, ctx.name)
         if blank.any():
             found = found.select(~blank[inverse][found.query_index])
-        return cut_per_text(found, self.fetch_k, self.subquery_fetch_k)
+        found = cut_per_text(found, self.fetch_k, self.subquery_fetch_k)
+        if self.deepen_to is None:
+            return found  # (a blank text found nothing: it is never deepened)
+        return deepen(ctx.corpus, found, inverse, lambda texts, d: ctx.corpus.dense_topk(vectors[texts], mask, d),
+                      self.fetch_k, self.deepen_to, ctx.name)

@@ -11,12 +11,13 @@ Two methods, with the seed's semantics (``ir.retrieve.search``, hybrid mode):
   ``alpha * cosine + (1 - alpha) * bm25 / (bm25 + bm25_sat_k)``; an absent
   channel, or a BM25 score that is not positive, contributes 0.
 
-The union of the inputs is sorted by fused score, descending; equal scores
-go by corpus row, lowest first (the kernels' rule, README "Ties") — exact
-ties are common in RRF: the top candidate of each channel scores 1/(rrf_k + 1).
-A candidate's contributions are summed in first-seen order (inputs in
-declared order, each in rank order — dense first in the built-in recipes),
-as the seed adds them.
+The union of the inputs is taken in first-seen order (inputs in declared
+order, each in rank order — dense first in the built-in recipes), as the
+seed's dict accumulates it, and sorted by fused score, descending, *stably*:
+equal scores keep first-seen order (README "Ties") — exact ties are common
+in RRF: the top candidate of each channel scores 1/(rrf_k + 1), and the
+first input's wins.  A candidate's contributions are summed in that same
+first-seen order, as the seed adds them.
 
 Pass-through rules, per query, as in the seed:
 
@@ -185,8 +186,9 @@ class Fuse(Stage):
         g_q = q[representative]
         g_row = row[representative]
         fused_query = passthrough[g_q] < 0
-        # by fused score, ties by corpus row (one rule from the kernels to the final hits)
-        g_order = np.lexsort((g_row, -fused, g_q))
+        # by fused score, stably: ties keep first-seen order (a group's representative is its first-seen
+        # entry, and entries are numbered in first-seen order), as the seed's sort over its dict does
+        g_order = np.lexsort((representative, -fused, g_q))
         g_order = g_order[fused_query[g_order]]
 
         # pass-through entries: each passing query's input ranking, untouched

@@ -10,6 +10,13 @@ scale: bm25; provenance ``<stage>.score`` and ``<stage>.rank``.
 ``subquery_fetch_k`` (optional) gives each text of a query that a formulate
 stage turned into several texts its own depth: those texts are the seed's
 sub-searches, which fetch by their own rule.
+
+``deepen_to`` (optional; the built-in recipes set it to ``k`` for a
+per-artifact search over one channel whose ``fetch_k`` the caller did not
+set): a text whose ``fetch_k`` candidates hold fewer distinct artifacts asks
+again at twice the depth until they hold that many or nothing more matches,
+so the collapse keeps the exact per-artifact top ``k`` instead of fewer hits
+(texts of a query formulated into several are sub-searches: not deepened).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from irflow.engine import CANDIDATES, MASK, QUERIES, Candidates, Port, QueryBatc
     Upstream, optional_mapping, param, positive_int, register_stage
 from irflow.kernels.bm25 import BM25Params
 
-from ._util import channel, cut_per_text, empty_channel, fetch_depth, unique_texts
+from ._util import channel, cut_per_text, deepen, empty_channel, fetch_depth, several_texts, unique_texts
 
 __all__ = ["Lexical"]
 
@@ -56,6 +63,10 @@ class Lexical(Stage):
     bm25: Mapping[str, Any] | None = param(
         None, validator=_bm25_spec,
         doc="BM25 settings: variant (okapi|bm25l|bm25plus), k1, b, epsilon, delta, stats (candidates|corpus)")
+    deepen_to: int | None = param(
+        None, validator=attrs.validators.optional(positive_int),
+        doc="fetch a text deeper (fetch_k doubled) until its candidates hold this many artifacts or no more "
+            "match; none: fetch exactly fetch_k")
 
     @functools.cached_property
     def bm25_params(self) -> BM25Params:
@@ -70,6 +81,15 @@ class Lexical(Stage):
     def output_scales(self, inputs: Mapping[str, tuple[Upstream, ...]]) -> frozenset[Scale]:
         return frozenset({Scale.BM25})
 
+    def fetch_depths(self, queries: QueryBatch) -> np.ndarray:
+        depths = np.full(len(queries), self.fetch_k, dtype=np.int64)
+        if self.subquery_fetch_k is not None:
+            depths[several_texts(queries)] = self.subquery_fetch_k
+        return depths
+
+    def deeper(self, depth: int) -> "Lexical":
+        return attrs.evolve(self, fetch_k=depth, subquery_fetch_k=None, deepen_to=None)
+
     def run(self, ctx: StageContext, mask: np.ndarray, query: QueryBatch) -> Candidates:
         if len(query) == 0 or not mask.any():
             return empty_channel(query, Scale.BM25, ctx.name)
@@ -77,5 +97,8 @@ class Lexical(Stage):
         tokens = ctx.corpus.tokenize_queries(texts)
         depth = fetch_depth(query, self.fetch_k, self.subquery_fetch_k)
         topk = ctx.corpus.bm25_topk(tokens, mask, depth, self.bm25_params)
-        found = channel(query, topk, inverse, Scale.BM25, ctx.name)
-        return cut_per_text(found, self.fetch_k, self.subquery_fetch_k)
+        found = cut_per_text(channel(query, topk, inverse, Scale.BM25, ctx.name), self.fetch_k, self.subquery_fetch_k)
+        if self.deepen_to is None:
+            return found
+        return deepen(ctx.corpus, found, inverse, lambda texts, d: ctx.corpus.bm25_topk(
+            [tokens[t] for t in texts.tolist()], mask, d, self.bm25_params), self.fetch_k, self.deepen_to, ctx.name)

@@ -15,8 +15,11 @@ metadata}``, the text chosen by ``text``: ``"surface"`` (the matched
 surface's text), ``"artifact"`` (the artifact's surfaces joined in plan
 order, through the ledger) or a callable ``(corpus, metadata) -> str``;
 cut to ``max_chars``.  The reranker's score replaces the candidate's score
-(scale ``rerank``) and the candidates are re-sorted, equal scores by corpus
-row (lowest first, README "Ties").  Provenance: ``<stage>.score``,
+(scale ``rerank``) and the candidates are re-sorted *stably*: equal scores
+keep the first-stage order (the seed's ``rerank``: "ties keep their incoming
+order", README "Ties") — so a coarse reranker, or ``text = "artifact"``
+(every surface of an artifact judged on the same text, so scored the
+same), leaves the surface that ranked first in front.  Provenance: ``<stage>.score``,
 ``<stage>.input_score`` and ``<stage>.input_rank`` (the first-stage score
 and rank).
 """

@@ -4,10 +4,12 @@ The seed's ``surface_weights`` (``{"deps": 2.0}`` lets a high-precision
 ``deps`` surface outrank prose chunks): each candidate's first-stage score —
 the fused score in hybrid mode — is multiplied by its kind's weight (1.0 for
 kinds not listed; kinds the corpus lacks are ignored).  The whole input (in
-hybrid, the fused union) is re-sorted by score, equal scores by corpus row
-(lowest first, README "Ties"), and then cut to ``fetch_k`` per query, before
+hybrid, the fused union) is re-sorted by score, *stably* (equal scores keep
+their input order, README "Ties"), and then cut to ``fetch_k`` per query, before
 the reranker and the collapse.  Without weights the stage only makes that
-cut, in the input's order.
+cut, in the input's order.  With ``deepen_to`` (one channel that fetches
+each text as deep as it must to hold that many artifacts) there is no cut:
+the channel chose each text's depth, and only a fused union can exceed it.
 
 Weights must be finite and non-negative.  Output scale ``weighted`` when
 weights apply; provenance ``<stage>.factor`` and ``<stage>.input_score``.
@@ -48,7 +50,7 @@ def _weights(instance: Any, attribute: Any, value: Any) -> None:
 @register_stage
 @attrs.frozen
 class Weight(Stage):
-    """Multiply scores by a weight per surface kind, re-sort (ties by row), keep the first ``fetch_k``."""
+    """Multiply scores by a weight per surface kind, re-sort stably, keep the first ``fetch_k``."""
 
     kind = "weight"
     inputs = (Port("candidates", CANDIDATES, "ranked candidates with first-stage (or fused) scores"),)
@@ -61,6 +63,10 @@ class Weight(Stage):
     subquery_fetch_k: int | None = param(
         None, validator=attrs.validators.optional(positive_int),
         doc="kept per text of a query formulated into several (a sub-search); none: fetch_k")
+    deepen_to: int | None = param(
+        None, validator=attrs.validators.optional(positive_int),
+        doc="set when its one channel fetches deeper to hold this many artifacts (deepen_to): no cut, the "
+            "channel chose each text's depth")
 
     def output_scales(self, inputs: Mapping[str, tuple[Upstream, ...]]) -> frozenset[Scale] | None:
         if self.weights:
@@ -77,7 +83,11 @@ class Weight(Stage):
         return []
 
     def passes_through(self, live: Mapping[str, int]) -> str | None:
-        return "candidates" if not self.weights and self.fetch_k is None else None
+        return "candidates" if not self.weights and not self._cuts else None
+
+    @property
+    def _cuts(self) -> bool:
+        return self.fetch_k is not None and self.deepen_to is None
 
     def run(self, ctx: StageContext, candidates: Candidates) -> Candidates:
         if self.weights:
@@ -89,6 +99,6 @@ class Weight(Stage):
                 candidates.score * factor, Scale.WEIGHTED,
                 {f"{ctx.name}.factor": factor, f"{ctx.name}.input_score": candidates.score},
             ).sorted_by_score()
-        if self.fetch_k is None:
+        if not self._cuts or self.fetch_k is None:
             return candidates
         return cut_per_text(candidates, self.fetch_k, self.subquery_fetch_k)

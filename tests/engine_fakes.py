@@ -18,7 +18,7 @@ from rank_bm25 import BM25Okapi
 
 from irflow.engine.batches import Candidates, QueryBatch, Scale
 from irflow.engine.ports import CANDIDATES, Port
-from irflow.store.protocol import Siblings
+from irflow.store.protocol import CorpusSettings, Siblings
 from irflow.store.records import Record, SearchHit
 from irflow.kernels.bm25 import BM25Params
 from irflow.engine import finite_number, param, Stage
@@ -83,6 +83,7 @@ class FakeCorpus:
         self.calls: dict[str, int] = {"mask": 0, "embed": 0, "dense": 0, "tokenize": 0, "bm25": 0}
         self.embedded: list[list[str]] = []
         self.version = 0
+        self.settings = CorpusSettings("fake-embed", "fake-tokens")
 
     def __len__(self) -> int:
         return int(self.live.sum())

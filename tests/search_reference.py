@@ -8,13 +8,22 @@ formulation as recursive sub-searches.  It shares nothing with the engine but
 the corpus's stored data (records, vectors, the analyzer, the query embedder)
 and the filter oracle ``filter_reference.matches``.
 
-One deliberate departure from the seed: equal scores go by corpus row, lowest
-first, in every ranking (the seed's fusion and collapse keep first-seen
-order); see README, "Ties".
+One departure from the seed, on purpose: a per-artifact search over one
+channel (mode dense or lexical) without a ``fetch_k`` fetches deeper —
+the depth doubled — until its candidates hold ``k`` artifacts or every
+match, instead of returning fewer than ``k`` hits while more artifacts
+match (the seed stops at ``max(k * 5, 50)`` surfaces).
+
+Ties follow the seed: a first ranking (the dense and lexical channels)
+orders equal scores by corpus row, lowest first; every later re-sort is
+Python's stable ``sorted`` (equal scores keep the order they came in), the
+fusion and the collapse accumulate in dicts, which keep first-seen order
+(README, "Ties").
 """
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Callable
 
@@ -65,9 +74,9 @@ def _hit(corpus: Any, row: int, score: float) -> SearchHit:
                      surface_index=r.surface_index, record_id=r.id)
 
 
-def _best_first(pairs: list[tuple[int, float]]) -> list[tuple[int, float]]:
-    """Best score first; equal scores by corpus row, lowest first (irflow's rule for every stage)."""
-    return sorted(pairs, key=lambda pair: (-pair[1], pair[0]))
+def _stable(pairs: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """Best score first; sorted() is stable: equal scores keep the order they came in (the seed's rule)."""
+    return sorted(pairs, key=lambda pair: -pair[1])
 
 
 def candidate_rows(corpus: Any, filter: Any, surfaces: Any) -> list[int]:
@@ -87,8 +96,11 @@ def dense_channel(corpus: Any, query: str, rows: list[int], fetch: int) -> list[
         return []
     q = corpus.embed_queries([query])[0].astype(np.float64)
     vectors = np.asarray(corpus.vectors, dtype=np.float64)[rows]
-    cosine = vectors @ q / (np.linalg.norm(vectors, axis=1) * np.linalg.norm(q))
-    ranked = sorted(zip(rows, cosine.tolist()), key=lambda pair: (-pair[1], pair[0]))
+    # the stored vectors and the query's are unit length (normalized as float32), so the cosine is their
+    # dot product: the float64 products are exact, and fsum adds them exactly (no renormalization, which
+    # would turn a float32 unit vector's 0.99999998 into 1.0 and make ties the engine does not have)
+    cosine = [math.fsum(products) for products in (vectors * q).tolist()]
+    ranked = sorted(zip(rows, cosine), key=lambda pair: (-pair[1], pair[0]))
     return ranked[:fetch]
 
 
@@ -112,7 +124,7 @@ def fuse(dense: list, lexical: list, fusion: str, rrf_k: float, alpha: float, sa
     order: list[int] = []
     score: dict[int, float] = {}
     cos, bm = dict(dense), dict(lexical)
-    for channel in (dense, lexical):  # dense first: the order the seed adds the terms in
+    for channel in (dense, lexical):  # first-seen order: dense first, each channel in rank order
         for rank, (row, _) in enumerate(channel, start=1):
             if row not in score:
                 order.append(row)
@@ -124,7 +136,7 @@ def fuse(dense: list, lexical: list, fusion: str, rrf_k: float, alpha: float, sa
             lex = bm.get(row)
             lex_term = (1 - alpha) * lex / (lex + sat_k) if lex is not None and lex > 0 else 0.0
             score[row] = (alpha * cos[row] if row in cos else 0.0) + lex_term
-    return _best_first([(row, score[row]) for row in order])
+    return _stable([(row, score[row]) for row in order])
 
 
 def artifact_text(corpus: Any, artifact_id: str) -> str:
@@ -148,10 +160,9 @@ def collapse(corpus: Any, ranked: list[tuple[int, float]], per_artifact: bool, k
     best: dict[Any, tuple[int, float]] = {}
     for row, score in ranked:
         key = (corpus.name, corpus.record(row).artifact_id) if per_artifact else row
-        # a tie goes to the lower row (the same row twice, from two sub-queries: the first kept)
-        if key not in best or (-score, row) < (-best[key][1], best[key][0]):
+        if key not in best or score > best[key][1]:  # a tie keeps the earlier entry
             best[key] = (row, score)
-    return _best_first(list(best.values()))[:k]
+    return _stable(list(best.values()))[:k]  # a dict keeps its keys in first-seen order
 
 
 def reference_search(corpus: Any, query: str, *, k: int = 10, filter: Any = None, surfaces: Any = None,
@@ -194,21 +205,28 @@ def _ranked(corpus: Any, query: str, *, k: int, filter: Any, surfaces: Any, per_
     else:
         fetch = k
     rows = candidate_rows(corpus, filter, surfaces)
-    dense = dense_channel(corpus, query, rows, fetch) if mode in ("dense", "hybrid") else []
-    lexical = lexical_channel(corpus, query, rows, fetch, bm25) if mode in ("lexical", "hybrid") else []
-    if mode == "dense":
-        ranked = dense
-    elif mode == "lexical":
-        ranked = lexical
+    if mode != "hybrid":
+        def channel(depth: int) -> list[tuple[int, float]]:
+            return dense_channel(corpus, query, rows, depth) if mode == "dense" else \
+                lexical_channel(corpus, query, rows, depth, bm25)
+
+        ranked = channel(fetch)
+        # one channel, fetch_k not given, per artifact: deeper (doubled) until k artifacts or every match
+        while fetch_k is None and per_artifact and len(ranked) == fetch and \
+                len({corpus.record(row).artifact_id for row, _ in ranked}) < k:
+            fetch *= 2
+            ranked = channel(fetch)
     else:
+        dense = dense_channel(corpus, query, rows, fetch)
+        lexical = lexical_channel(corpus, query, rows, fetch, bm25)
         ranked = fuse(dense, lexical, fusion, rrf_k, alpha, bm25_sat_k)
     if surface_weights:
-        ranked = _best_first([(row, score * surface_weights.get(corpus.record(row).surface_kind, 1.0))
+        ranked = _stable([(row, score * surface_weights.get(corpus.record(row).surface_kind, 1.0))
                           for row, score in ranked])
     ranked = ranked[:fetch]
     if rerank is not None and ranked:
         scores = rerank(query, [segment(corpus, row, rerank_text, rerank_max_chars) for row, _ in ranked])
-        ranked = _best_first([(row, float(s)) for (row, _), s in zip(ranked, scores)])
+        ranked = _stable([(row, float(s)) for (row, _), s in zip(ranked, scores)])
     if dep_boost is not None:
-        ranked = _best_first([(row, score + dep_boost(_hit(corpus, row, score))) for row, score in ranked])
+        ranked = _stable([(row, score + dep_boost(_hit(corpus, row, score))) for row, score in ranked])
     return [_Row(row, score) for row, score in collapse(corpus, ranked, per_artifact, k)]

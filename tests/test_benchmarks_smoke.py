@@ -86,3 +86,26 @@ def test_embed_quick_runs_both_graphs(tmp_path, monkeypatch):
         assert f"{texts}: exact, 1 thr" in out and f"{texts}: fast, 1 thr" in out
     cosine = re.search(r"fast vs exact over \d+ abstracts: cosine min ([0-9.]+)", out)
     assert cosine is not None and float(cosine.group(1)) > 0.99, out
+
+
+@pytest.mark.slow
+def test_eval_memory_quick_runs_and_the_runs_do_not_change_the_figures():
+    out = _run("eval_memory.py", "--quick", "--cases", "lexical,runs")
+    assert "workload: 2,000 queries" in out and "max RSS MB" in out
+    assert "same figures with and without --runs: True" in out
+
+
+def test_dense_codes_quick_gives_the_blas_plans_bits():
+    pytest.importorskip("numba")
+    out = _run("dense_codes.py", "--quick", "--no-faiss", "--api")
+    checks = [x for x in out.splitlines() if "int8 scan = blas to the bit on every item" in x]
+    assert len(checks) == 4 and all("every item: yes" in x for x in checks), out  # 2 kinds x 2 batch sizes
+    assert "rows rescored per query" in out and "bytes read per query" in out
+    assert "hits (record, score) equal on every query: yes" in out
+
+
+def test_report_quick_writes_and_measures_a_page():
+    out = _run("report.py", "--quick")
+    assert "100 queries x 5 stages x 200 candidates" in out
+    assert re.search(r"write: [0-9.]+ s CPU, [0-9.]+ s wall", out) and re.search(r"page: [0-9.]+ MB", out)
+    assert "load: " in out

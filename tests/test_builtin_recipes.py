@@ -109,3 +109,57 @@ def test_hybrid_rerank_without_a_reranker_is_hybrid(corpus):
     for query in QUERIES:
         ours = load_recipe("hybrid-rerank").run(corpus, query, k=K).hits
         assert ours == load_recipe("hybrid").run(corpus, query, k=K).hits
+
+
+# -- descriptions tell the truth ----------------------------------------------------------------------
+
+_FUSION_WORDS = {"the blend": "blend", "RRF": "rrf"}
+
+
+def _claims(recipe: Recipe) -> list[str]:
+    """Every claim of ``recipe``'s description that its stages and parameters do not bear out (none: it is true)."""
+    import re
+
+    text, kinds, params = recipe.description, {s.kind for s in recipe.stages.values()}, recipe.params
+    wrong = []
+
+    def check(ok: bool, claim: str) -> None:
+        if not ok:
+            wrong.append(claim)
+
+    # the channels
+    check(("dense" in text or "cosine" in text) == ("dense" in kinds), "names a dense channel iff it has one")
+    check(("BM25" in text or "lexical" in text) == ("lexical" in kinds), "names BM25 iff it has a lexical stage")
+    # the fusion: "fused by X" is the default method, "fusion=Y" the alternatives a run may pick
+    fused = re.findall(r"fused by (the blend|RRF)", text)
+    fusion = recipe.fusion()
+    check(bool(fused) == (fusion is not None), "says how it fuses iff it fuses")
+    if fused and fusion is not None:
+        check([_FUSION_WORDS[f] for f in fused] == [fusion["method"]], f"fused by {fused[0]}: the default fusion")
+        others = re.findall(r"fusion=(\w+)", text)
+        check(set(others) == set(fusion["choices"]) - {fusion["method"]}, f"names the other fusions {others}")
+    # the reranker: named iff there is a rerank stage; "none by default" iff no reranker is set
+    check(("rerank" in text) == ("rerank" in kinds), "names reranking iff it has a rerank stage")
+    if "rerank" in kinds:
+        check(("none by default" in text) == (params.get("rerank") is None), "says whether a reranker is set")
+    check(("expanded" in text) == ("expand" in kinds), "says expanded iff it has an expand stage")
+    # the collapse
+    check(("best surface per artifact" in text) == (params.get("per_artifact") is True and "collapse" in kinds),
+          "best surface per artifact iff per_artifact defaults to true")
+    for mode in re.findall(r"mode=(\w+), the default", text):
+        check(params.get("mode") == mode, f"mode={mode} is the default")
+    return wrong
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_description_tells_the_truth(name):
+    assert _claims(load_recipe(name)) == []
+
+
+def test_the_description_check_catches_a_false_claim():
+    hybrid = load_recipe("hybrid")
+    assert _claims(hybrid.with_params(fusion="rrf")) == ["fused by the blend: the default fusion",
+                                                         "names the other fusions ['rrf']"]
+    lying = Recipe.from_dict({**hybrid.to_dict(), "recipe": {**hybrid.to_dict()["recipe"],
+                              "description": "dense and BM25 fused by RRF, the top fetch_k reranked"}})
+    assert len(_claims(lying)) >= 3  # the fusion, the alternatives, a reranker it lacks, the collapse unsaid

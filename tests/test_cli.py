@@ -95,7 +95,8 @@ def test_run_prints_hits_readably(workdir):
     result = ok("run", "hybrid", "--corpus", workdir / "corpus", "-q", "python parser", "--set", "k=2")
     corpus = open_corpus(workdir / "corpus")
     hits = load_recipe("hybrid").run(corpus, "python parser", k=2).hits
-    assert "query 0: 'python parser' — 2 hits (recipe hybrid, corpus corpus)" in result.stdout
+    assert "query 0: 'python parser' — 2 hits (recipe hybrid, corpus corpus; embedder hash:256, analyzer english)" \
+        in result.stdout
     assert "rank" in result.stdout and "artifact" in result.stdout
     for hit in hits:
         assert hit.artifact_id in result.stdout
@@ -144,7 +145,8 @@ def test_run_errors_are_short_and_without_traceback(workdir, tmp_path):
         1, "run", "hybrd", "--corpus", corpus, "-q", "x").stderr
     assert "--set fusion=magic: must be one of 'rrf', 'blend'" in fails(
         1, "run", "hybrid", "--corpus", corpus, "-q", "x", "--set", "fusion=magic").stderr
-    assert "Missing option '--query'" in fails(2, "run", "hybrid", "--corpus", corpus).stderr
+    assert "give a query with -q QUERY (repeatable), or a query file with --queries FILE -o OUT" in fails(
+        2, "run", "hybrid", "--corpus", corpus).stderr
     lexical_only = workdir / "lexical-only"
     ok("index", workdir / "records.jsonl", "--out", lexical_only, "--embedder", "none")
     result = fails(1, "run", "dense", "--corpus", lexical_only, "-q", "x")
@@ -200,6 +202,77 @@ def test_graph_mermaid_and_dot():
 def test_recipes_lists_the_built_ins():
     out = ok("recipes").stdout
     assert "hybrid: dense and BM25" in out and "lexical:" in out
+
+
+def test_recipes_shows_how_each_hybrid_fuses():
+    lines = ok("recipes").stdout.splitlines()
+    fusion_of = {line.partition(":")[0]: lines[i + 1].strip() for i, line in enumerate(lines[:-1])
+                 if not line.startswith(" ") and lines[i + 1].startswith("    fusion")}
+    blend = "fusion: blend (alpha=0.5, bm25_sat_k=16.0: cosine plus saturated BM25); --set fusion=rrf for RRF"
+    assert fusion_of == {"hybrid": blend, "hybrid-rerank": blend, "expand-rerank": blend,
+                         "search": "fusion when mode=hybrid: RRF (rrf_k=60: reciprocal ranks); --set fusion=blend "
+                                   "for blend"}
+    data = {r["name"]: r["fusion"] for r in json.loads(ok("recipes", "--json").stdout)}
+    assert data["hybrid"]["method"] == "blend" and data["search"]["method"] == "rrf" and data["lexical"] is None
+    assert data["search"]["when"] == {"mode": ["hybrid"]} and data["hybrid-rerank"]["choices"] == ["rrf", "blend"]
+
+
+NOISY = """import irflow
+
+print("noisy: imported")  # a library that talks on stdout
+
+
+def noisy_formulate(query):
+    print(f"noisy: formulating {query!r}")
+    return [query]
+
+
+irflow.registry.register("noisy_formulate", noisy_formulate, replace=True)
+"""
+
+
+def _json_commands(group=main, prefix=()):
+    for name, command in sorted(group.commands.items()):
+        if hasattr(command, "commands"):
+            yield from _json_commands(command, (*prefix, name))
+        elif any(p.name == "as_json" for p in command.params):
+            yield (*prefix, name), command
+
+
+def test_every_json_command_keeps_stdout_for_its_json():
+    found = dict(_json_commands())
+    assert {("eval",), ("run",), ("index",), ("validate",), ("recipes",), ("shard",), ("trace", "show"),
+            ("trace", "diff"), ("trace", "explain")} <= set(found)
+    unguarded = [" ".join(words) for words, command in found.items()
+                 if not getattr(command.callback, "machine_readable", False)]
+    assert not unguarded, f"--json commands whose stdout anything may write to: {unguarded}"
+
+
+def test_json_output_is_alone_on_stdout_whatever_libraries_print(workdir, tmp_path):
+    data = tmp_path / "beir"
+    (data / "qrels").mkdir(parents=True)
+    (data / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "text": f"{w} parser tool"}) + "\n"
+                                               for i, w in enumerate(WORDS)))
+    (data / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "sql parser"}) + "\n")
+    (data / "qrels" / "test.tsv").write_text("q1\td4\t1\n")
+    noisy = ["--set", "mode=lexical", "--set", "formulate=noisy_formulate"]
+    try:
+        for args in (["eval", "search", "--dataset", data, "--embedder", "none", "--no-cache", *noisy],
+                     ["run", "search", "--corpus", workdir / "corpus", "-q", "sql parser", *noisy],
+                     ["validate", "lexical"]):
+            plugin = tmp_path / f"noisy_{args[0]}.py"  # a module of its own per command: its import prints again
+            plugin.write_text(NOISY)
+            result = ok(*args, "--plugin", plugin, "--json")
+            assert isinstance(json.loads(result.stdout), dict), result.stdout  # the JSON alone
+            assert "noisy: imported" in result.stderr  # what the plugin printed went to stderr
+            if args[0] != "validate":
+                assert "noisy: formulating 'sql parser'" in result.stderr
+                # without --json nothing moves: the readable output and the library's lines share stdout
+                assert "noisy: formulating 'sql parser'" in ok(*args, "--plugin", plugin).stdout
+    finally:  # the plugins registered an entry in this process: later tests (Ray actors get the registry) must not see it
+        irflow.registry.unregister("noisy_formulate")
+    assert json.loads(ok("recipes", "--json").stdout)[0] == {"name": "dense", "description": ok(
+        "recipes").stdout.splitlines()[0].partition(": ")[2], "fusion": None}
 
 
 def test_version():

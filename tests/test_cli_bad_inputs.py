@@ -199,6 +199,8 @@ class Env:
                                   else (lambda p: p.mkdir())),
             "qrels-directory": _beir(root / "g", qrels=lambda p: p.mkdir()),
             "qrels-huge-grade": _beir(root / "h", qrels=lambda p: p.write_text("q1\td0\t" + "9" * 5000 + "\n")),
+            "qrels-grade-10e30": _beir(root / "i", qrels=lambda p: p.write_text("q1\td0\t1" + "0" * 30 + "\n")),
+            "qrels-grade-nan": _beir(root / "j", qrels=lambda p: p.write_text("q1\td0\tnan\n")),
             "dataset-is-a-file": self.afile,
             "dataset-missing": root / "missing",
         }
@@ -255,7 +257,8 @@ TRACE_KINDS = ("dtype-16GB-str", "dtype-20MB-bytes", "dtype-void", "row-huge", "
                "candidates-str", "provenance-int", "queries-int", "params-list", "query-index-str", "elapsed-str",
                "scale-unknown", "missing-query-line", "not-a-trace")
 DATASET_KINDS = ("corpus-is-a-directory", "corpus-non-utf8", "corpus-deep", "corpus-huge-int", "corpus-binary",
-                 "queries-fifo", "qrels-directory", "qrels-huge-grade", "dataset-is-a-file", "dataset-missing")
+                 "queries-fifo", "qrels-directory", "qrels-huge-grade", "qrels-grade-10e30", "qrels-grade-nan",
+                 "dataset-is-a-file", "dataset-missing")
 DEEP = _deep_json(200)
 DEEP_FILTER = '{"a": ' * 200 + "1" + "}" * 200
 HUGE = "9" * 5000
@@ -298,6 +301,8 @@ def _cases() -> list[Case]:
             cases.append((command, name, _with_file(name, lambda env, p, c=command, e=extra: [*c, p, *e])))
         cases.append((("trace", "diff"), name, _with_file(
             name, lambda env, p: ["trace", "diff", p, str(env.trace), "--stage", "fuse"])))
+        cases.append((("report",), name, _with_file(name, lambda env, p: ["report", p, "-o",
+                                                                           str(env.root / "r.html")])))
     for kind in TRACE_KINDS:
         cases.append((("trace", "show"), f"trace-{kind}", lambda env, k=kind: ["trace", "show", str(env.traces[k])]))
         cases.append((("trace", "show"), f"trace-{kind}-json",
@@ -306,6 +311,8 @@ def _cases() -> list[Case]:
                       lambda env, k=kind: ["trace", "explain", str(env.traces[k]), "pkg1"]))
         cases.append((("trace", "diff"), f"trace-{kind}",
                       lambda env, k=kind: ["trace", "diff", str(env.trace), str(env.traces[k]), "--stage", "fuse"]))
+        cases.append((("report",), f"trace-{kind}",
+                      lambda env, k=kind: ["report", str(env.traces[k]), "-o", str(env.root / "r.html")]))
     for kind in DATASET_KINDS:
         cases.append((("eval",), f"dataset-{kind}",
                       lambda env, k=kind: ["eval", "lexical", "--dataset", str(env.datasets[k]), "--no-cache"]))
@@ -360,6 +367,8 @@ def _cases() -> list[Case]:
         (("eval",), "metrics-unknown", evaluate("--metrics", "ndgc@10")),
         (("eval",), "embedder-huge-dim", evaluate("--embedder", f"hash:{HUGE}")),
         (("eval",), "holdout-seed-huge", evaluate("--holdout", "tune", "--holdout-seed", HUGE)),
+        (("eval",), "holdout-seed-negative", evaluate("--holdout", "tune", "--holdout-seed", "-1")),
+        (("eval",), "depth-a-float", evaluate("--depth", "1e3")),
         (("index",), "embedder-huge-dim", lambda env: ["index", str(env.records), "--out", str(env.root / "o-e"),
                                                        "--embedder", f"hash:{HUGE}"]),
         (("index",), "analyzer-unknown", lambda env: ["index", str(env.records), "--out", str(env.root / "o-a"),
@@ -369,6 +378,16 @@ def _cases() -> list[Case]:
         (("trace", "show"), "stage-unknown", lambda env: ["trace", "show", str(env.trace), "--stage", "fusion"]),
         (("trace", "explain"), "record-unknown", lambda env: ["trace", "explain", str(env.trace), "nope"]),
         (("trace", "diff"), "stage-unknown", lambda env: ["trace", "diff", str(env.trace), "--stages", "dense", "x"]),
+        (("report",), "queries-beyond", lambda env: ["report", str(env.trace), "-o", str(env.root / "r.html"),
+                                                     "--queries", "9" * 20 + ":"]),
+        (("report",), "queries-garbage", lambda env: ["report", str(env.trace), "-o", str(env.root / "r.html"),
+                                                      "--queries", "1:2:3"]),
+        (("report",), "diff-one-file", lambda env: ["report", "--diff", str(env.trace), "-o", str(env.root / "r.html")]),
+        (("report",), "diff-stage-unknown", lambda env: ["report", "--diff", str(env.trace), str(env.trace), "-o",
+                                                         str(env.root / "r.html"), "--stage", "fusion"]),
+        (("report",), "out-in-a-corpus", lambda env: ["report", str(env.trace), "-o", str(env.corpus / "r.html")]),
+        (("report",), "out-is-a-directory", lambda env: ["report", str(env.trace), "-o", str(env.root)]),
+        (("report",), "top-zero", lambda env: ["report", str(env.trace), "-o", str(env.root / "r.html"), "--top", "0"]),
         (("shard",), "corpus-missing", lambda env: ["shard", str(env.root / "no-corpus"), "--shards", "2", "--out",
                                                     str(env.root / "s-m")]),
         (("shard",), "shards-zero", lambda env: ["shard", str(env.corpus), "--shards", "0", "--out",
@@ -397,7 +416,7 @@ def test_every_command_has_bad_input_cases() -> None:
     covered = {command for command, _, _ in CASES}
     assert commands <= covered, f"commands without bad-input cases: {sorted(commands - covered)}"
     assert {("index",), ("run",), ("validate",), ("graph",), ("recipes",), ("eval",), ("demo",), ("shard",),
-            ("trace", "show"), ("trace", "diff"), ("trace", "explain")} <= commands
+            ("trace", "show"), ("trace", "diff"), ("trace", "explain"), ("report",)} <= commands
 
 
 def _error_paragraph(text: str) -> str:
@@ -456,6 +475,9 @@ def test_messages_say_what_is_wrong_and_the_limit(env: Env) -> None:
     assert "nested too deeply" in error("validate", str(env.files["deep-toml.toml"]))
     assert "5000000 characters, over the limit of 1024" in error("trace", "show", str(env.traces["dtype-16GB-str"]))
     assert "a directory" in error("eval", "lexical", "--dataset", str(env.datasets["corpus-is-a-directory"]))
+    grade = env.datasets["qrels-grade-10e30"] / "qrels" / "test.tsv"
+    assert f"{grade} line 1: relevance grade '1{'0' * 30}' is out of range" in error(
+        "eval", "lexical", "--dataset", str(grade.parents[1]), "--no-cache")
     assert "not a directory" in error("run", "hybrid", "--corpus", str(env.corpus), "-q", "x", "--trace",
                                       str(env.afile / "t.jsonl"))
     assert "--set x" in error("run", "hybrid", "--corpus", str(env.corpus), "-q", "x", "--set", f"x={DEEP}")

@@ -12,6 +12,8 @@ from click.testing import CliRunner
 import irflow
 from irflow.cli import main
 from irflow.evaluation.datasets import load_beir
+from irflow.store.records import Record
+from irflow.util import progress
 
 
 def invoke(*args: object):
@@ -83,8 +85,19 @@ def test_every_bad_line_is_reported_with_its_number_and_reason(tmp_path):
            "string, got 5; 'surface_kind' must be a non-empty string, got ''; 'metadata' must be an object" in out
     assert "line 7: a BEIR document (it has '_id') in a file of irflow records (line 1 decided)" in out
     assert "line 9: 'vector' must be a non-empty list of finite numbers" in out
-    assert "line 10: 'surface_index' must be an integer >= 0, got -1" in out
+    assert "line 10: 'surface_index' must be an integer from 0 to 2**63 - 1, got -1" in out
     assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("index", [10**30, 2**63])
+def test_a_surface_index_beyond_int64_is_a_bad_line(tmp_path, index):
+    # it was accepted, then ended the build in an OverflowError traceback
+    path = _write(tmp_path / "big.jsonl", [GOOD[0], {**GOOD[2], "surface_index": index}])
+    result = invoke("index", path, "--out", tmp_path / "c")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert f"line 2: 'surface_index' must be an integer from 0 to 2**63 - 1, got {index}" in result.output
+    with pytest.raises(ValueError, match=r"surface_index must be an integer from 0 to 2\*\*63 - 1, got 1000"):
+        Record("a", "k", "t", surface_index=10**30)  # the Python API too: it would not fit the int64 column
 
 
 def test_skip_bad_indexes_the_rest_and_says_what_it_skipped(tmp_path):
@@ -169,15 +182,18 @@ def test_a_file_without_records_says_what_to_write(tmp_path):
     assert result.exit_code == 1 and "no records to index" in result.output and '"artifact_id"' in result.output
 
 
-def test_progress_covers_every_phase(tmp_path):
+def test_progress_covers_every_phase(tmp_path, monkeypatch):
+    monkeypatch.setattr(progress, "_is_terminal", lambda stream: True)  # bars: stderr is a terminal
     path = _write(tmp_path / "r.jsonl", GOOD)
-    result = invoke("index", path, "--out", tmp_path / "c", "--progress")
+    result = invoke("index", path, "--out", tmp_path / "c")
     assert result.exit_code == 0, result.output
     # the bars' own labels (a "no embedding model" notice may come first when the models extra is absent)
-    phases = ("reading r.jsonl", "tokenizing", "postings", "embedding", "writing")
+    phases = ("reading r.jsonl", "checking records", "tokenizing", "postings", "embedding", "writing")
     for phase in phases:
         assert f"{phase}: 100%" in result.stderr, phase
     order = [result.stderr.index(f"{p}: ") for p in phases]
     assert order == sorted(order)
     quiet = invoke("index", path, "--out", tmp_path / "d", "--no-progress", "--embedder", "none")
+    assert quiet.exit_code == 0 and quiet.stderr == ""
+    quiet = invoke("-q", "index", path, "--out", tmp_path / "e")  # errors only: no bar, no embedder notice
     assert quiet.exit_code == 0 and quiet.stderr == ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -264,3 +265,89 @@ def test_write_trec_run_refuses_nan(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match="NaN"):
         write_trec_run(tmp_path / "run.txt", {"q1": {"a": float("nan")}})
     assert not (tmp_path / "run.txt").exists()
+
+
+# --------------------------------------------------------------- numbers read from files
+
+@pytest.mark.parametrize(
+    "grade, message",
+    [
+        ("1" + "0" * 30, "out of range"),  # 10**30: was an OverflowError deep in the metrics
+        ("1e30", "out of range"),
+        ("9223372036854775808", "out of range"),  # one past int64
+        ("-9223372036854775809", "out of range"),
+        ("1e999999999", "out of range"),  # refused without building a billion-digit integer
+        ("nan", "not an integer"),
+        ("inf", "not an integer"),
+        ("-Infinity", "not an integer"),
+        ("true", "not an integer"),
+        ("2.5", "not an integer"),
+        ("1_0", "not an integer"),  # float() reads 10; trec_eval's atol reads 1
+        ("\u0661", "not an integer"),  # an Arabic-Indic one: float() reads it, trec_eval does not
+        ("0x1", "not an integer"),
+    ],
+)
+def test_bad_grades_name_the_file_and_line(tmp_path: Path, toy: Path, grade: str, message: str) -> None:
+    (toy / "qrels" / "test.tsv").write_text(f"query-id\tcorpus-id\tscore\nq1\td1\t1\nq3\td3\t{grade}\n",
+                                            encoding="utf-8")
+    with pytest.raises(DatasetError, match=rf"test\.tsv line 3: relevance grade .* {message}"):
+        load_beir(toy)
+    (tmp_path / "qrels.txt").write_text(f"q1 0 d1 {grade}\n", encoding="utf-8")
+    with pytest.raises(DatasetError, match=rf"qrels\.txt line 1: relevance grade .* {message}"):
+        read_trec_qrels(tmp_path / "qrels.txt")
+
+
+@settings(max_examples=200, deadline=None)
+@given(grade=st.integers(), form=st.sampled_from(["{}", "{}.0", "{}e0", "+{}"]))
+def test_integer_grades_read_exactly_or_are_refused(tmp_path_factory: pytest.TempPathFactory, grade: int,
+                                                    form: str) -> None:
+    path = tmp_path_factory.mktemp("grades") / "q.tsv"
+    text = form.format(grade) if grade >= 0 or not form.startswith("+") else str(grade)
+    path.write_text(f"q1\td1\t{text}\n")
+    if -(2**63) <= grade < 2**63:
+        assert read_beir_qrels(path) == {"q1": {"d1": grade}}  # every digit kept (2**53 + 1 is not a float)
+    else:
+        with pytest.raises(DatasetError, match="line 1: relevance grade .* out of range"):
+            read_beir_qrels(path)
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("q1 Q0 a 12.5 1 t", r"rank '12\.5' is not a whole number.*swapped"),
+        ("q1 Q0 a -1 1.0 t", r"rank '-1' is not a whole number"),
+        ("q1 Q0 a " + "9" * 19 + " 1.0 t", r"rank '9{19}' is not a whole number"),
+        ("q1 Q0 a true 1.0 t", r"rank 'true' is not a whole number"),
+        ("q1 Q0 a 1 1_0 t", r"score '1_0' is not a number"),
+        ("q1 Q0 a 1 NaN t", r"score 'NaN' is not a number"),
+        ("q1 Q0 a 1 0x10 t", r"score '0x10' is not a number"),
+    ],
+)
+def test_bad_run_numbers_name_the_file_and_line(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / "run.txt"
+    path.write_text(f"q1 Q0 b 1 2.0 t\n{line}\n")
+    with pytest.raises(DatasetError, match=rf"run\.txt line 2: {message}"):
+        read_trec_run(path)
+
+
+def test_run_scores_beyond_float_range_are_infinite_as_in_trec_eval(tmp_path: Path) -> None:
+    path = tmp_path / "run.txt"
+    path.write_text(f"q1 Q0 a 0 1e400 t\nq1 Q0 b 1 -inf t\nq1 Q0 c 2 {'9' * 400} t\nq1 Q0 d 3 -0.5 t\n")
+    assert read_trec_run(path) == {"q1": {"a": math.inf, "b": -math.inf, "c": math.inf, "d": -0.5}}
+
+
+@pytest.mark.parametrize("raw, message", [("1.5", "got 1.5"), ("true", "got True"), ("NaN", "got nan"),
+                                          ("1e400", "got inf"), ("-0.0", "got -0.0")])
+def test_query_ids_that_are_not_whole_numbers_are_refused(toy: Path, raw: str, message: str) -> None:
+    (toy / "queries.jsonl").write_text('{"_id": "q1", "text": "heat"}\n{"_id": ' + raw + ', "text": "x"}\n')
+    with pytest.raises(DatasetError, match=rf"queries\.jsonl line 2: '_id' must be a non-empty string, {message}"):
+        load_beir(toy)
+
+
+def test_query_ids_written_as_integers_keep_every_digit(toy: Path) -> None:
+    big = 10**30 + 1  # beyond float and int64: read as the text of the integer, exactly
+    (toy / "queries.jsonl").write_text(f'{{"_id": "q1", "text": "heat"}}\n{{"_id": {big}, "text": "x"}}\n'
+                                       f'{{"_id": "q3", "text": "title"}}\n')
+    (toy / "qrels" / "test.tsv").write_text(f"query-id\tcorpus-id\tscore\nq1\td1\t2\n{big}\td2\t1\n")
+    collection = load_beir(toy)
+    assert list(collection.eval_queries) == ["q1", str(big)] and collection.qrels[str(big)] == {"d2": 1}

@@ -362,8 +362,11 @@ def test_real_sentence_transformers_model() -> None:
     assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2]
 
 
-def test_a_build_with_progress_counts_records_and_embeds_each_text_once(capsys):
+def test_a_build_with_progress_counts_records_and_embeds_each_text_once(capsys, monkeypatch):
     from irflow.store.corpus import build
+    from irflow.util import progress
+
+    monkeypatch.setattr(progress, "_is_terminal", lambda stream: True)  # bars: on a terminal
 
     seen: list[str] = []
 

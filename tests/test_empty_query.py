@@ -15,7 +15,7 @@ RECORDS = [irflow.Record("unbox", "name", "unbox"), irflow.Record("unbox", "desc
 
 @pytest.fixture(scope="module")
 def corpus() -> irflow.Corpus:
-    return irflow.build(RECORDS, name="tools")
+    return irflow.build(RECORDS, embedder="hash", name="tools")
 
 
 @pytest.mark.parametrize("mode", ["dense", "lexical", "hybrid"])
@@ -46,7 +46,7 @@ def test_a_formulated_query_may_fill_an_empty_one(corpus):
 
 
 def test_cli_run_with_an_empty_query(tmp_path):
-    irflow.build(RECORDS, path=tmp_path / "c")
+    irflow.build(RECORDS, embedder="hash", path=tmp_path / "c")
     result = CliRunner().invoke(main, ["run", "search", "--corpus", str(tmp_path / "c"), "-q", "", "--set",
                                        "mode=hybrid"])
     assert result.exit_code == 0 and "query 0: '' — 0 hits" in result.output

@@ -403,7 +403,8 @@ def test_no_trace_work_when_tracing_is_off(corpus, hybrid, monkeypatch):
 
 
 def test_result_repr(corpus, hybrid):
-    assert "Result(recipe='hybrid', queries=1, stages_run=5, traced=False)" == repr(hybrid.run(corpus, "q"))
+    assert repr(hybrid.run(corpus, "q")) == ("Result(recipe='hybrid', queries=1, stages_run=5, traced=False, "
+                                             "embedder='fake-embed', analyzer='fake-tokens')")
 
 
 def test_cache_misses_after_the_corpus_changes(hybrid):

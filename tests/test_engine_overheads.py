@@ -139,7 +139,7 @@ def _same(a: Candidates, b: Candidates) -> None:
 def test_select_sort_and_cut_equal_the_checked_construction(batch, data):
     keep = np.asarray(data.draw(st.lists(st.booleans(), min_size=len(batch), max_size=len(batch))), dtype=bool)
     _same(batch.select(keep), batch.take(np.flatnonzero(keep)))
-    order = np.lexsort((batch.row, -batch.score, batch.query_index))
+    order = np.lexsort((-batch.score, batch.query_index))  # stable: equal scores keep their order
     _same(batch.sorted_by_score(), batch.take(order))
     k = data.draw(st.integers(0, 7))
     cut = batch.cut(k)

@@ -333,6 +333,24 @@ def test_derived_rules_are_checked():
     one(base + '\n[derived.fetch]\nk = 1\n', "[derived.fetch] needs rule =")
 
 
+def test_a_derived_when_is_checked_and_leaves_the_rule_out_when_it_does_not_hold():
+    base = GOOD.replace("k = 10", 'k = 10\nfetch_k = 7\nmode = "one"\n\n[choices]\nmode = ["one", "two"]')
+    deepen = '\n[derived.deepen_to]\nrule = "deepen"\nk = "$k"\n'
+    one(base + deepen + 'when = { mde = ["one"] }\n', "derived parameter 'deepen_to'",
+        "when refers to 'mde', which is not a recipe parameter", "did you mean 'mode'?")
+    one(base + deepen + 'when = { mode = ["tow"] }\n', "when.mode lists 'tow', which is not one of the choices of mode",
+        "did you mean 'two'?")
+    one(base + deepen + "when = 3\n", "derived parameter 'deepen_to'", "when must be a table param = [values]")
+    one(base + deepen + "when = { mode = [] }\n", "when.mode must be a value or a non-empty list of values")
+    recipe = Recipe.from_toml(base + deepen + 'given = "$fetch_k"\nwhen = { mode = "one" }\n', source="t.toml")
+    assert recipe.problems() == []
+    assert recipe.resolve_params({"fetch_k": None})["deepen_to"] == 10
+    assert recipe.resolve_params({"fetch_k": None, "mode": "two"})["deepen_to"] is None  # when does not hold
+    assert recipe.resolve_params({})["deepen_to"] is None  # a fetch_k is given (7): no deepening
+    assert recipe.resolve_params({"mode": "two", "deepen_to": 3})["deepen_to"] == 3  # the caller's own value
+    assert Recipe.from_dict(recipe.to_dict()) == recipe and Recipe.from_yaml(recipe.to_yaml()) == recipe
+
+
 # -- structure -------------------------------------------------------------------------------
 
 

@@ -55,12 +55,13 @@ def tiny(tmp_path, monkeypatch) -> Path:
 
 def test_sweep_settings_that_cannot_differ_are_evaluated_once_and_said(tiny):
     ev = evaluate("hybrid", tiny, sweep={"fusion": ["rrf", "blend"], "rrf_k": [10, 60]}, metrics="ndcg@10,mrr@10",
-                  use_cache=False)
+                  embedder="hash", use_cache=False)
     assert ev.labels == ["hybrid[fusion=rrf,rrf_k=10]", "hybrid[fusion=rrf,rrf_k=60]", "hybrid[fusion=blend]"]
     assert ev.merged == (("hybrid[fusion=blend]", ("hybrid[fusion=blend,rrf_k=10]", "hybrid[fusion=blend,rrf_k=60]"),
                           ("rrf_k",)),)
     # the merged system is exactly a blend run (rrf_k has no part in it)
-    alone = evaluate("hybrid", tiny, params={"fusion": "blend", "rrf_k": 60}, metrics="ndcg@10,mrr@10", use_cache=False)
+    alone = evaluate("hybrid", tiny, params={"fusion": "blend", "rrf_k": 60}, metrics="ndcg@10,mrr@10", embedder="hash",
+                     use_cache=False)
     assert ev["hybrid[fusion=blend]"].run == alone["hybrid"].run
     assert "hybrid[fusion=blend] stands for hybrid[fusion=blend,rrf_k=10], hybrid[fusion=blend,rrf_k=60]: rrf_k " \
            "cannot change the result there" in ev.table()
@@ -68,7 +69,7 @@ def test_sweep_settings_that_cannot_differ_are_evaluated_once_and_said(tiny):
 
 def test_a_mode_with_one_channel_merges_every_fusion_setting(tiny):
     ev = evaluate("search", tiny, sweep={"mode": ["dense", "hybrid"], "fusion": ["rrf", "blend"]}, metrics="ndcg@10",
-                  use_cache=False)
+                  embedder="hash", use_cache=False)
     assert ev.labels == ["search[mode=dense]", "search[mode=hybrid,fusion=rrf]", "search[mode=hybrid,fusion=blend]"]
     assert ev.merged[0][2] == ("fusion",)
 

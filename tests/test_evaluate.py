@@ -91,6 +91,9 @@ def test_metric_values_match_hand_computation(tiny: Path) -> None:
     for metric, value in expected.items():
         assert system.means[metric] == pytest.approx(value, abs=1e-12), metric
     assert system.per_query["ndcg@10"] == pytest.approx(dict(zip(["q1", "q2", "q3"], ndcg)))
+    # exactly: the gains over log2 discounts of these short rankings sum without rounding error
+    assert system.per_query["ndcg@10"] == dict(zip(["q1", "q2", "q3"], ndcg))
+    assert ev.to_dict() == evaluate("lexical", tiny, embedder=None, analyzer="plain", keep_runs=False).to_dict()
     assert ev.to_dict() == {"lexical": system.means}
     # every ranking is 1000 deep by default, whatever the metrics
     assert ev.depth == 1000 and system.params["k"] == 1000
@@ -120,13 +123,16 @@ def test_holdout_split_is_fixed_and_disjoint() -> None:
     assert holdout_split(ids, seed=4) != (tune, test)
     with pytest.raises(EvaluationError, match="fraction"):
         holdout_split(ids, fraction=1.0)
+    for seed in (-1, True, 1.5):  # numpy refuses -1 with a bare ValueError, and reads True as 1
+        with pytest.raises(EvaluationError, match="seed must be a non-negative integer"):
+            holdout_split(ids, seed=seed)  # type: ignore[arg-type]
 
 
 def test_runs_agree_with_pytrec_eval(tiny: Path) -> None:
     pytrec_eval = pytest.importorskip("pytrec_eval", reason="pytrec-eval-terrier (dev extra) is needed")
-    ev = evaluate("hybrid", tiny, metrics="ndcg@10,map,recall@100")
+    ev = evaluate("hybrid", tiny, embedder="hash", metrics="ndcg@10,map,recall@100")
     system = ev["hybrid"]
-    reference = pytrec_eval.RelevanceEvaluator(ev.qrels, {"ndcg_cut.10", "map", "recall.100"}).evaluate(system.run)
+    reference = pytrec_eval.RelevanceEvaluator(ev.qrels, {"ndcg_cut.10", "map", "recall.100"}).evaluate(dict(system.run))
     for qid, values in reference.items():
         assert system.per_query["ndcg@10"][qid] == pytest.approx(values["ndcg_cut_10"], abs=1e-6)
         assert system.per_query["map"][qid] == pytest.approx(values["map"], abs=1e-6)
@@ -165,11 +171,11 @@ def test_corpus_cache_reused_and_rebuilt_when_the_corpus_changes(tiny: Path, hom
     # the queries and qrels are not part of the key; the analyzer and the corpus file are
     with open(tiny / "queries.jsonl", "a", encoding="utf-8") as out:
         out.write(json.dumps({"_id": "q9", "text": "lemon"}) + "\n")
-    assert evaluate("lexical", tiny, metrics="ndcg@10").corpus.status == "cached"
-    assert evaluate("lexical", tiny, analyzer="plain", metrics="ndcg@10").corpus.status == "built"
+    assert evaluate("lexical", tiny, embedder="hash", metrics="ndcg@10").corpus.status == "cached"
+    assert evaluate("lexical", tiny, embedder="hash", analyzer="plain", metrics="ndcg@10").corpus.status == "built"
     with open(tiny / "corpus.jsonl", "a", encoding="utf-8") as out:
         out.write(json.dumps({"_id": "d7", "title": "", "text": "apple"}) + "\n")
-    changed = evaluate("lexical", tiny, metrics="ndcg@10")
+    changed = evaluate("lexical", tiny, embedder="hash", metrics="ndcg@10")
     assert changed.corpus.status == "built" and changed.corpus.path != first.corpus.path
     assert "d7" in changed["lexical"].run["q1"]
     assert len(builds) == 3
@@ -184,7 +190,7 @@ def test_callable_embedder_is_not_cached(tiny: Path) -> None:
     with pytest.warns(UserWarning, match="not cached"):
         ev = evaluate("dense", tiny, embedder=embed, metrics="ndcg@10")
     assert ev.corpus.status == "memory"
-    assert evaluate("dense", tiny, use_cache=False, metrics="ndcg@10").corpus.status == "memory"
+    assert evaluate("dense", tiny, embedder="hash", use_cache=False, metrics="ndcg@10").corpus.status == "memory"
 
 
 def test_broken_cache_entry_is_rebuilt(tiny: Path) -> None:
@@ -211,20 +217,21 @@ def test_sweep_runs_first_stages_once_per_batch(tiny: Path) -> None:
     # a blend sweep: both parameters change the fusion (rrf_k with alpha would be merged, see test_eval_output)
     sweep = {"bm25_sat_k": [4, 8, 16], "alpha": [0.3, 0.5, 0.7]}
     # 3 judged queries in batches of 2: two batches
-    ev = evaluate("hybrid", tiny, sweep=sweep, batch_size=2, metrics="ndcg@10,recall@100", params={"fusion": "blend"})
+    ev = evaluate("hybrid", tiny, embedder="hash", sweep=sweep, batch_size=2, metrics="ndcg@10,recall@100",
+                  params={"fusion": "blend"})
     assert len(ev) == 9 and ev.labels[0] == "hybrid[bm25_sat_k=4,alpha=0.3]" and ev.merged == ()
     executions = ev.stage_cache.executions
     assert executions["dense"] == 2 and executions["lexical"] == 2  # once per batch, for all 9 settings
     assert executions["fuse"] == 18 and executions["collapse"] == 18  # once per setting and batch
     # reuse changes nothing: one setting evaluated alone gives the same run
-    alone = evaluate("hybrid", tiny, params={"fusion": "blend", "bm25_sat_k": 8, "alpha": 0.7},
+    alone = evaluate("hybrid", tiny, embedder="hash", params={"fusion": "blend", "bm25_sat_k": 8, "alpha": 0.7},
                      metrics="ndcg@10,recall@100")
     assert alone["hybrid"].run == ev["hybrid[bm25_sat_k=8,alpha=0.7]"].run
     assert alone["hybrid"].means == ev["hybrid[bm25_sat_k=8,alpha=0.7]"].means
 
 
 def test_sweep_applies_to_the_recipes_that_have_the_parameter(tiny: Path) -> None:
-    ev = evaluate(["lexical", "hybrid"], tiny, sweep={"fusion": ["rrf", "blend"]}, metrics="ndcg@10")
+    ev = evaluate(["lexical", "hybrid"], tiny, embedder="hash", sweep={"fusion": ["rrf", "blend"]}, metrics="ndcg@10")
     assert ev.labels == ["lexical", "hybrid[fusion=rrf]", "hybrid[fusion=blend]"]
     assert ev.stage_cache.executions["lexical"] == 1  # shared by the lexical recipe and both hybrid settings
     with pytest.raises(EvaluationError, match="rrf_kk"):
@@ -253,9 +260,10 @@ def test_table_marks_the_best_and_compare_runs_paired_tests() -> None:
     assert isinstance(ev, Evaluation) and ev.best("mrr@10") == ["better"]
     assert ev.best("recall@2") == ["base", "better", "same"]  # a tie marks every system
     lines = ev.table().splitlines()
-    assert lines[0].split() == ["system", "mrr@10", "p@1", "recall@2"]
+    assert lines[0].split() == ["system", "mrr@10", "p@1", "recall@2", "notes"]  # "same" is base's run again
     assert lines[3].split() == ["better", "1.0000*", "1.0000*", "1.0000*"]
     assert lines[2].split()[:3] == ["base", "0.6250", "0.2500"]
+    assert lines[4].split()[-2:] == ["=", "base"] and ev.identical() == {"same": "base"}
 
     report = ev.compare()
     assert report.baseline == "base" and list(report.results) == ["better", "same"]
@@ -277,19 +285,19 @@ def test_table_marks_the_best_and_compare_runs_paired_tests() -> None:
 
 
 def test_compare_with_a_baseline_recipe_added(tiny: Path) -> None:
-    ev = evaluate("hybrid", tiny, baseline="lexical", metrics="ndcg@10,map")
+    ev = evaluate("hybrid", tiny, embedder="hash", baseline="lexical", metrics="ndcg@10,map")
     assert ev.labels == ["lexical", "hybrid"] and ev.baseline == "lexical"
     report = ev.compare()
     c = report.results["hybrid"]["ndcg@10"]
     assert c.n == 3 and c.wins + c.losses + c.ties == 3
     # a swept recipe as its own baseline: its defaults, evaluated once more
-    swept = evaluate("hybrid", tiny, sweep={"alpha": [0.3, 0.5]}, baseline="hybrid", metrics="ndcg@10")
+    swept = evaluate("hybrid", tiny, embedder="hash", sweep={"alpha": [0.3, 0.5]}, baseline="hybrid", metrics="ndcg@10")
     assert swept.labels == ["hybrid", "hybrid[alpha=0.3]", "hybrid[alpha=0.5]"]
     assert swept["hybrid"].run == swept["hybrid[alpha=0.5]"].run  # 0.5 is the recipe's default
 
 
 def test_trec_run_export_round_trip(tiny: Path, tmp_path: Path) -> None:
-    ev = evaluate(["lexical", "hybrid"], tiny, sweep={"rrf_k": [10]}, metrics="ndcg@10,map,recall@100")
+    ev = evaluate(["lexical", "hybrid"], tiny, embedder="hash", sweep={"rrf_k": [10]}, metrics="ndcg@10,map,recall@100")
     written = ev.write_runs(tmp_path / "runs")
     assert sorted(p.name for p in written.values()) == ["hybrid_rrf_k=10_.run", "lexical.run"]
     read = {label: read_trec_run(path) for label, path in written.items()}

@@ -7,6 +7,7 @@ import os
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -164,6 +165,22 @@ def test_no_overlap_is_an_error() -> None:
 def test_nan_score_is_an_error() -> None:
     with pytest.raises(EvaluationError, match="NaN"):
         evaluate_run({"q": {"a": math.nan}}, {"q": {"a": 1}}, "p@1")
+
+
+@pytest.mark.parametrize("grade", [10**30, 2**63, True, 1.5, math.nan, math.inf, "1", None, np.float64(0.5)])
+def test_qrels_grades_given_in_python_are_checked(grade: object) -> None:
+    # numpy would read True and 1.5 as 1, and end 10**30 in an OverflowError
+    with pytest.raises(EvaluationError, match=r"query 'q' give document 'b' the grade .*a grade is an integer"):
+        per_query({"q": {"a": 1.0}}, {"q": {"a": 1, "b": grade}}, "ndcg@10")
+
+
+def test_integral_grades_of_any_integer_type_count_as_they_are() -> None:
+    run = {"q": {"a": 2.0, "b": 1.0}}
+    plain = per_query(run, {"q": {"a": 1, "b": 2}}, "ndcg@2,map")
+    for grades in ({"a": 1.0, "b": 2.0}, {"a": np.int64(1), "b": np.uint8(2)}, {"a": np.float32(1), "b": 2}):
+        assert per_query(run, {"q": grades}, "ndcg@2,map") == plain
+    big = per_query(run, {"q": {"a": 2**63 - 1, "b": -(2**63)}}, "ndcg@2")  # the extremes of the range
+    assert big == {"ndcg@2": {"q": 1.0}}
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ RECORDS = [
 
 
 def _corpus(name: str = "tools") -> irflow.Corpus:
-    return irflow.build(RECORDS, name=name)
+    return irflow.build(RECORDS, embedder="hash", name=name)
 
 
 def _caught(fn):
@@ -58,7 +58,7 @@ def test_a_nested_misspelling_names_the_nested_field():
 
 
 def test_a_field_only_deleted_records_had_warns():
-    corpus = irflow.build(RECORDS + [irflow.Record("old", "name", "old", {"legacy": True})], name="t")
+    corpus = irflow.build(RECORDS + [irflow.Record("old", "name", "old", {"legacy": True})], embedder="hash", name="t")
     corpus.store.delete_record(corpus.record_ids[-1])
     _, caught = _caught(lambda: irflow.search(corpus, "old", filter={"legacy": True}))
     assert len(caught) == 1 and "'legacy'" in str(caught[0].message)
@@ -86,7 +86,7 @@ def test_a_stray_unknown_kind_next_to_held_ones_warns_and_keeps_the_held_ones():
 
 
 def test_cli_prints_the_warning_as_one_line(tmp_path):
-    irflow.build(RECORDS, path=tmp_path / "c")
+    irflow.build(RECORDS, embedder="hash", path=tmp_path / "c")
     result = CliRunner().invoke(main, ["run", "search", "--corpus", str(tmp_path / "c"), "-q", "zip", "-q", "tar",
                                        "--set", 'filter={"licence": "MIT"}'])
     assert result.exit_code == 0, result.output

@@ -1,4 +1,4 @@
-"""The ONNX embedder ("onnx:<model or path>") and the command line's default embedder.
+"""The ONNX embedder ("onnx:<model or path>") and the default embedder of every entry point.
 
 The model's own tests load it once (a module fixture) and embed a handful of
 texts; they run where the ``models`` extra is installed (CI installs it) and
@@ -19,8 +19,9 @@ from click.testing import CliRunner
 from irflow.kernels import onnx_embedder
 from irflow.cli import main
 from irflow.store.corpus import build
-from irflow.kernels.embedders import cli_default_embedder, resolve_embedder
-from irflow.errors import EmbedderError
+from irflow.kernels import embedders
+from irflow.kernels.embedders import default_embedder, resolve_embedder
+from irflow.errors import EmbedderError, StandInEmbedderWarning
 from irflow.evaluation.cache import corpus_key
 from irflow.evaluation.datasets import Collection, Document
 from irflow.util.extras import install_hint
@@ -104,18 +105,27 @@ def test_threads_follow_the_cpu_affinity_unless_overridden(monkeypatch):
             onnx_threads()
 
 
-# -- the command line's default ------------------------------------------------------------------
+# -- the default of every entry point ------------------------------------------------------------
+
+
+def _unsaid(monkeypatch):
+    """A process that has not yet said the fallback to "hash" (it is said once per process)."""
+    monkeypatch.setattr(embedders, "_STAND_IN_SAID", embedders.threading.Event())
 
 
 @pytest.fixture
 def no_model(monkeypatch, tmp_path):
     monkeypatch.setattr(onnx_embedder, "pinned_model_available", lambda: False)
     monkeypatch.setenv("IRFLOW_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("IRFLOW_EMBEDDER", raising=False)
+    _unsaid(monkeypatch)
 
 
-def test_without_the_model_the_default_is_hash_said_once(no_model, tmp_path):
-    spec, note = cli_default_embedder()
-    assert spec == "hash" and install_hint('models') in note and "'hash'" in note
+def test_without_the_model_the_default_is_hash_said_once_per_process(no_model, tmp_path, monkeypatch):
+    with pytest.warns(StandInEmbedderWarning) as said:
+        assert default_embedder() == "hash"
+    assert len(said) == 1 and install_hint('models') in str(said[0].message) and "'hash'" in str(said[0].message)
+    _unsaid(monkeypatch)  # (a fresh process for the command below)
     records = tmp_path / "r.jsonl"
     records.write_text("\n".join(json.dumps({"artifact_id": f"a{i}", "surface_kind": "name", "text": f"tool {i}"})
                                  for i in range(3)))
@@ -123,9 +133,17 @@ def test_without_the_model_the_default_is_hash_said_once(no_model, tmp_path):
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["embedder"] == "hash:256"
     assert result.stderr.count(install_hint('models')) == 1
-    lines: list[str] = []
-    run_demo(["graph"], k=1, trace_path=None, echo=lines.append)
-    assert sum(install_hint('models') in line for line in lines) == 1 and "embedder hash:256" in lines[1]
+    # the same process: every later default (a build, the demo, another command) is "hash", said no more
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning here fails the test
+        lines: list[str] = []
+        run_demo(["graph"], k=1, trace_path=None, echo=lines.append)
+        assert "embedder hash:256" in lines[0] and not any(install_hint('models') in line for line in lines)
+        assert build([{"artifact_id": "a", "surface_kind": "name", "text": "tool"}]).embedder_spec == "hash:256"
+    again = CliRunner().invoke(main, ["index", str(records), "--out", str(tmp_path / "d"), "--json"])
+    assert again.exit_code == 0 and install_hint('models') not in again.stderr
 
 
 def test_eval_of_lexical_recipes_embeds_nothing_and_says_nothing(no_model, tmp_path):
@@ -144,8 +162,17 @@ def test_eval_of_lexical_recipes_embeds_nothing_and_says_nothing(no_model, tmp_p
 
 
 @needs_model
-def test_with_the_model_installed_it_is_the_default():
-    assert cli_default_embedder() == ("onnx:all-MiniLM-L6-v2", None)
+def test_with_the_model_installed_it_is_the_default_of_every_entry_point(monkeypatch, tmp_path):
+    import warnings
+
+    monkeypatch.delenv("IRFLOW_EMBEDDER", raising=False)
+    _unsaid(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing to say: the model is there
+        assert default_embedder() == "onnx:all-MiniLM-L6-v2"
+        records = [{"artifact_id": "a", "surface_kind": "name", "text": "tool"}]
+        assert build(records).embedder_spec == "onnx:all-MiniLM-L6-v2"
+        assert resolve_embedder("auto").spec == "onnx:all-MiniLM-L6-v2"
 
 
 # -- identity: eval caches key by the model, not its name ----------------------------------------------
@@ -259,16 +286,19 @@ def test_loading_and_embedding_never_reach_the_network(monkeypatch):
 
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
-    fresh = resolve_embedder("onnx:all-MiniLM-L6-v2")  # a new instance: loads its files again
-    assert fresh.embed_queries(["offline"]).shape == (1, 384)
+    fresh = OnnxEmbedder(onnx_embedder.PINNED_MODEL)  # a new instance (not the process's shared one): loads its files
+    assert fresh(["offline"]).shape == (1, 384)
 
 
-def test_irflow_embedder_sets_the_command_line_default(monkeypatch):
-    from irflow.kernels.embedders import cli_default_embedder
-    from irflow.errors import EmbedderError
-
+def test_irflow_embedder_sets_the_default_of_every_entry_point(monkeypatch):
     monkeypatch.setenv("IRFLOW_EMBEDDER", "hash:64")
-    assert cli_default_embedder() == ("hash:64", None)
+    assert default_embedder() == "hash:64"
+    assert build([{"artifact_id": "a", "surface_kind": "name", "text": "tool"}]).embedder_spec == "hash:64"
+    monkeypatch.setenv("IRFLOW_EMBEDDER", "none")
+    assert default_embedder() is None and build([{"artifact_id": "a", "surface_kind": "name", "text": "t"}]).dim is None
     monkeypatch.setenv("IRFLOW_EMBEDDER", "nonsense:1")
     with pytest.raises(EmbedderError):
-        cli_default_embedder()
+        default_embedder()
+    monkeypatch.setenv("IRFLOW_EMBEDDER", "auto")
+    with pytest.raises(EmbedderError, match="names the default itself"):
+        default_embedder()

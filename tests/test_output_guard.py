@@ -36,7 +36,7 @@ from irflow.evaluation.datasets import load_beir
 from irflow.evaluation.evaluate import evaluate_runs
 from irflow.evaluation.trec import write_trec_run
 from irflow.shard.manifest import shard_dir_name
-import irflow.shard.ray_backend as ray_backend
+from irflow.shard import ray_backend
 from irflow.shard.ray_backend import ray_temp_dir
 from irflow.store.corpus import build
 from irflow.util.corpusmarks import CORPUS, FIRST_SHARD, SHARDED_CORPUS, corpus_kind, enclosing_corpus

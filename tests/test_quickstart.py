@@ -52,7 +52,7 @@ def test_demo_command_with_filter_and_mode(tmp_path, monkeypatch):
 
 
 def test_the_corpus_is_named_so_hits_carry_a_source():
-    corpus = installed_corpus()
+    corpus = installed_corpus(embedder="hash")
     assert corpus.name == "installed"
 
 

@@ -19,7 +19,7 @@ def corpus_dir(tmp_path_factory) -> Path:
     irflow.build([irflow.Record("unbox", "name", "unbox", {"license": "MIT"}),
                   irflow.Record("unbox", "description", "Unpack any archive: zip, tar.", {"license": "MIT"}),
                   irflow.Record("bm", "description", "Okapi BM25 ranking.", {"license": "Apache-2.0"})],
-                 path=root / "corpus")
+                 embedder="hash", path=root / "corpus")
     return root / "corpus"
 
 
@@ -63,7 +63,8 @@ def test_python_api_names_the_keyword(corpus_dir):
                                       "parameter 'kk'") and str(info.value).endswith("did you mean k=1?")
     with pytest.raises(ParameterError, match=r"^bad run argument for recipe 'search': k=0: must be a positive "
                                              r"integer, got 0 \(int\) \(read by stage collapse, derived fetch_k, "
-                                             r"derived subquery_fetch_k\); valid: int — .*; e\.g\. k=10$"):
+                                             r"derived subquery_fetch_k, derived deepen_to\); valid: int — .*; "
+                                             r"e\.g\. k=10$"):
         irflow.search(corpus, "zip", k=0)
     # still a RecipeError and a ValueError for callers that catch those
     with pytest.raises(RecipeError):

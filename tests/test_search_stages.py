@@ -34,7 +34,7 @@ def test_the_kinds_are_registered_with_typed_ports_and_parameters():
     assert (Formulate.inputs[0].type, Formulate.output) == (QUERY, QUERIES)
     assert all(cls.inputs[0].type is CANDIDATES and cls.output is CANDIDATES for cls in (Weight, Rerank, Boost))
     assert list(stage_params(Formulate)) == ["formulator"]
-    assert list(stage_params(Weight)) == ["weights", "fetch_k", "subquery_fetch_k"]
+    assert list(stage_params(Weight)) == ["weights", "fetch_k", "subquery_fetch_k", "deepen_to"]
     assert list(stage_params(Rerank)) == ["reranker", "text", "max_chars"]
     assert list(stage_params(Boost)) == ["boost"]
     assert all(info.doc for cls in (Formulate, Weight, Rerank, Boost) for info in stage_params(cls).values())

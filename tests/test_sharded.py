@@ -461,7 +461,7 @@ def test_random_corpora_shard_to_the_same_scores(tmp_path_factory, seed, n, inte
 
 
 def test_shards_whose_logarithms_differ_refuse_to_open(sharded_dir, monkeypatch):
-    import irflow.shard.worker as worker
+    from irflow.shard import worker
 
     answers = iter(["a1b2", "a1b2", "ffff"])  # the third shard's C library computes log differently
     monkeypatch.setattr(worker, "math_fingerprint", lambda: next(answers))

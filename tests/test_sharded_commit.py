@@ -134,7 +134,7 @@ def test_a_reshard_keeps_what_a_reader_holds_and_the_next_one_removes_it(sources
 
 def test_a_corpus_served_on_ray_keeps_its_shards_on_disk_until_closed(sources, tmp_path, monkeypatch):
     # a Ray actor restarted after a crash reopens its shard: the driver holds the generations while it is open
-    import irflow.shard.driver as driver
+    from irflow.shard import driver
     from irflow.shard.backend import InProcessBackend
 
     class FakeRay(InProcessBackend):

@@ -9,6 +9,7 @@ the same answers must come back across process boundaries.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -31,6 +32,7 @@ from irflow.store.corpus import build
 from irflow.errors import CorpusError, RayConnectionError, ShardUnavailableError
 from irflow.engine.recipe import builtin_recipes, load_recipe
 from irflow.shard import ShardedCorpus, shard
+from irflow.util import progress
 from loopback_servers import closed_port, loopback_server
 from shard_corpus import assert_same_result, records
 
@@ -282,7 +284,8 @@ def _collection(root: Path) -> Path:
     return root
 
 
-def test_eval_on_ray_gives_the_same_figures(cluster, tmp_path):
+def test_eval_on_ray_gives_the_same_figures(cluster, tmp_path, monkeypatch):
+    monkeypatch.setattr(progress, "DELAY", 0.0)  # stderr is a log here: lines show only for "long" phases
     data = _collection(tmp_path / "mini")
     runner = CliRunner()
     args = ["eval", "lexical", "hybrid", "--dataset", str(data), "--embedder", "hash", "--batch-size", "2",
@@ -294,12 +297,94 @@ def test_eval_on_ray_gives_the_same_figures(cluster, tmp_path):
     figures = json.loads(here.stdout)
     assert json.loads(there.stdout) == figures
     assert len(figures["systems"]) == 4
-    assert "evaluating mini" in there.stderr and f"{4 * 7}/{4 * 7}" in there.stderr  # progress, every batch
+    assert "evaluating mini" in there.stderr and f"{4 * 7}/{4 * 7} queries (100%)" in there.stderr  # progress, every batch
     # the Python API: the same runs, query by query
     plain = irflow.evaluate(["lexical", "dense"], data, embedder="hash", batch_size=3)
     on_ray = irflow.evaluate(["lexical", "dense"], data, embedder="hash", batch_size=3, ray="auto")
     assert [s.run for s in plain.systems] == [s.run for s in on_ray.systems]
     assert plain.to_dict() == on_ray.to_dict()
+
+
+def test_eval_of_a_given_corpus_on_ray_gives_the_same_figures(cluster, tmp_path):
+    """--corpus (plain, or sharded: the actors open it by path) with --queries and --qrels, here and on Ray."""
+    data = _collection(tmp_path / "mini")
+    runner = CliRunner()
+    built = runner.invoke(cli, ["index", str(data / "corpus.jsonl"), "--out", str(tmp_path / "c"), "--embedder", "hash"])
+    assert built.exit_code == 0, built.output
+    sharded = runner.invoke(cli, ["shard", str(tmp_path / "c"), "--shards", "2", "--out", str(tmp_path / "s")])
+    assert sharded.exit_code == 0, sharded.output
+    args = ["eval", "lexical", "hybrid", "--queries", str(data / "queries.jsonl"), "--qrels",
+            str(data / "qrels" / "test.tsv"), "--batch-size", "3", "--json"]
+    here = runner.invoke(cli, [*args, "--corpus", str(tmp_path / "c")])
+    assert here.exit_code == 0, here.output
+    for corpus in ("c", "s"):
+        there = runner.invoke(cli, [*args, "--corpus", str(tmp_path / corpus), "--ray", "auto"])
+        assert there.exit_code == 0, there.output
+        assert json.loads(there.stdout)["systems"] == json.loads(here.stdout)["systems"]
+        assert json.loads(there.stdout)["identical"] == json.loads(here.stdout)["identical"]
+
+
+def test_a_registry_entry_the_actors_cannot_load_does_not_stop_the_pool(cluster, tmp_path, monkeypatch):
+    """An entry whose module only the driver can import (a plugin from a folder the actors do not see) is left out there."""
+    home = tmp_path / "only_here"
+    home.mkdir()
+    (home / "only_here_mod.py").write_text("def lonely(query):\n    return [query]\n")
+    monkeypatch.syspath_prepend(str(home))
+    module = importlib.import_module("only_here_mod")
+    data = _collection(tmp_path / "mini")
+    plain = irflow.evaluate(["lexical"], data, embedder="hash", batch_size=3)
+    with irflow.registry.registered("only_here_lonely", module.lonely):
+        on_ray = irflow.evaluate(["lexical"], data, embedder="hash", batch_size=3, ray="auto")
+    assert plain.to_dict() == on_ray.to_dict()
+
+
+KILLER = '''"""Imported in every actor of an evaluation: the first actor's process kills itself, once."""
+import os
+import signal
+from pathlib import Path
+
+import ray
+
+if ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None:
+    try:
+        fd = os.open(Path(__file__).with_suffix(".killed"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        pass
+    else:
+        os.close(fd)
+        os.kill(os.getpid(), signal.SIGKILL)
+'''
+
+
+def test_eval_json_on_ray_is_alone_on_stdout_when_a_worker_dies(cluster, tmp_path):
+    """Ray's driver prints '(raylet) A worker died ...' when an actor's process dies: on stderr, not in the JSON.
+
+    A real process (its stdout whole, Ray's shutdown included) joins this session's cluster; a plugin
+    kills the first actor, Ray restarts it and the evaluation completes.
+    """
+    data = _collection(tmp_path / "mini")
+    killer = tmp_path / "killer.py"
+    killer.write_text(KILLER)
+    # the joining driver takes its node address from the cluster's switch as irflow's own cluster has it
+    env = {**os.environ, "IRFLOW_HOME": str(tmp_path / "home"), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    args = ["eval", "lexical", "--dataset", str(data), "--embedder", "none", "--batch-size", "1", "--json"]
+    done = subprocess.run([sys.executable, "-m", "irflow", *args, "--ray", ray.get_runtime_context().gcs_address,
+                           "--plugin", str(killer)], capture_output=True, text=True, timeout=240, env=env,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(done.stdout)  # the JSON and nothing else
+    assert killer.with_suffix(".killed").exists() and "A worker died" in done.stderr  # it happened, and said so
+    assert figures == json.loads(CliRunner().invoke(cli, args).stdout)  # the figures without Ray
+
+
+def test_ray_driver_messages_go_to_stderr(cluster, capsys):
+    from irflow.shard import ray_backend
+
+    ray_backend.require_ray()  # how irflow imports Ray
+    line = f"(raylet) a message for the driver {time.time_ns()}"  # unique: Ray prints repeats later, deduplicated
+    ray._private.worker.print_to_stdstream({"lines": [line], "pid": "raylet", "is_err": False}, ignore_prefix=False)
+    out, err = capsys.readouterr()
+    assert line in err and line not in out
 
 
 def test_an_address_joins_that_cluster_untouched_and_as_given(cluster, monkeypatch):

@@ -111,6 +111,9 @@ def test_randomization_is_seeded_and_bounded() -> None:
     assert math.isnan(randomization_test([], []))
     with pytest.raises(SignificanceError, match="positive integer"):
         randomization_test(a, b, n_permutations=0)
+    for seed in (-1, True, 2.0):
+        with pytest.raises(SignificanceError, match="seed must be a non-negative integer"):
+            randomization_test(a, b, seed=seed)  # type: ignore[arg-type]
 
 
 def test_randomization_agrees_with_t_test_roughly() -> None:

@@ -25,13 +25,17 @@ def run(stage: Collapse, c: Candidates) -> Candidates:
 
 
 def reference(entries, per_artifact, k):
-    """The seed's collapse over one original query's entries [(row, score)] in order."""
+    """The seed's collapse over one original query's entries [(row, score)] in order.
+
+    A dict of best entries: a tie keeps the earlier entry, and the dict keeps each key where it was
+    first inserted, so the stable sort orders equal scores by the key's first appearance.
+    """
     best = {}
     for row, score in entries:
         key = ARTIFACTS[row] if per_artifact else row
-        if key not in best or (-score, row) < (-best[key][1], best[key][0]):  # a tie: the lower row
+        if key not in best or score > best[key][1]:
             best[key] = (row, score)
-    return sorted(best.values(), key=lambda item: (-item[1], item[0]))[:k]
+    return sorted(best.values(), key=lambda item: -item[1])[:k]
 
 
 def test_best_surface_per_artifact_sorted_and_cut():
@@ -44,11 +48,13 @@ def test_best_surface_per_artifact_sorted_and_cut():
     assert got.provenance["fuse.rank"].tolist() == [1, 2, 4]  # upstream provenance follows the winner
 
 
-def test_a_tie_between_surfaces_goes_to_the_lower_row():
+def test_a_tie_between_surfaces_goes_to_the_one_ranked_first():
+    # the stage's input order breaks the tie (the seed's rule), not the corpus row
     c = cands(["q"], [[(1, 0.5), (0, 0.5), (2, 0.4)]], "cosine")
     got = run(Collapse(), c)
-    assert got.row.tolist() == [0, 2]  # row 0 over row 1 (ranked first): one rule with the kernels
-    assert got.provenance["collapse.input_rank"].tolist() == [2, 3]
+    assert got.row.tolist() == [1, 2]  # row 1 (ranked first) over row 0 (the lower row)
+    assert got.provenance["collapse.input_rank"].tolist() == [1, 3]
+    assert got.provenance["collapse.merged"].tolist() == [2, 1]
 
 
 def test_per_artifact_false_keeps_each_record_once_with_its_best_score():
@@ -71,14 +77,19 @@ def test_formulated_sub_queries_merge_back_to_their_original_query():
     assert got.per_query(1)[0].tolist() == [6]
 
 
-def test_ties_between_artifacts_go_by_the_row_of_their_best_surface():
-    # b (row 2) appears first, at 0.9 (sub-query 1); a reaches 0.9 later, with row 1 (sub-query 2)
+def test_ties_between_artifacts_keep_the_order_in_which_the_artifact_first_appeared():
+    # artifact a first appears at 0.2 (sub-query 1, row 0) and reaches 0.9 later (sub-query 2, row 1);
+    # b appears with 0.9 in between (row 2): a was seen first, so a ranks first, as the seed's dict
+    # (insertion order kept when a later entry replaces the value) and stable sort have it
     batch = QueryBatch.of(["x"]).expand([["x1", "x2"]])
-    c = Candidates(batch, [0, 0, 1, 1], [2, 0, 1, 0], [0.9, 0.2, 0.9, 0.1], "cosine")
+    c = Candidates(batch, [0, 0, 1, 1], [0, 2, 1, 0], [0.2, 0.9, 0.9, 0.1], "cosine")
     got = run(Collapse(), c)
-    assert got.row.tolist() == [1, 2]  # a (row 1) before b (row 2), not in first-seen order
-    assert run(Collapse(per_artifact=False), c).row.tolist() == [1, 2, 0]
-    assert run(Collapse(per_artifact=False), c).provenance["collapse.subquery"].tolist() == [1, 0, 0]
+    assert got.row.tolist() == [1, 2] and got.score.tolist() == [0.9, 0.9]
+    assert got.provenance["collapse.subquery"].tolist() == [1, 0]
+    # each record once: row 2 (0.9, first) ties row 1 (0.9, sub-query 2); row 0 keeps its 0.2 (seen first)
+    records = run(Collapse(per_artifact=False), c)
+    assert records.row.tolist() == [2, 1, 0] and records.score.tolist() == [0.9, 0.9, 0.2]
+    assert records.provenance["collapse.subquery"].tolist() == [0, 1, 0]
 
 
 def test_empty_input():

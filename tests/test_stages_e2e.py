@@ -75,16 +75,16 @@ def _fuse(dense, lexical, method: str, rrf_k: int = 60, alpha: float = 0.5, sat_
             lex = bm.get(row)
             lex_term = (1 - alpha) * lex / (lex + sat_k) if lex is not None and lex > 0 else 0.0
             score[row] = (alpha * cos[row] if row in cos else 0.0) + lex_term
-    return sorted(((row, score[row]) for row in order), key=lambda item: (-item[1], item[0]))  # ties: lower row
+    return sorted(((row, score[row]) for row in order), key=lambda item: -item[1])  # stable: first-seen order
 
 
 def _collapse(corpus, fused, k: int):
     best: dict[str, tuple[int, float]] = {}
     for row, s in fused:
         artifact = corpus.record(row).artifact_id
-        if artifact not in best or (-s, row) < (-best[artifact][1], best[artifact][0]):  # a tie: the lower row
+        if artifact not in best or s > best[artifact][1]:  # a tie keeps the earlier-ranked surface
             best[artifact] = (row, s)
-    return sorted(best.values(), key=lambda item: (-item[1], item[0]))[:k]
+    return sorted(best.values(), key=lambda item: -item[1])[:k]  # stable: the artifacts' first-seen order
 
 
 @pytest.mark.parametrize("method", ["rrf", "blend"])

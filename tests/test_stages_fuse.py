@@ -43,7 +43,7 @@ def reference(dense, lexical, method="rrf", rrf_k=60, alpha=0.5, sat_k=8.0):
             lex = bm.get(row)
             lex_term = (1 - alpha) * lex / (lex + sat_k) if lex is not None and lex > 0 else 0.0
             score[row] = (alpha * cos[row] if row in cos else 0.0) + lex_term
-    return sorted(((row, score[row]) for row in order), key=lambda item: (-item[1], item[0]))  # ties: lower row
+    return sorted(((row, score[row]) for row in order), key=lambda item: -item[1])  # stable: first-seen order
 
 
 def as_lists(c: Candidates) -> list[list[tuple[int, float]]]:
@@ -91,20 +91,20 @@ def test_rrf_with_an_empty_dense_channel_fuses_the_lexical_ranking():
     assert got.per_query(0)[1].tolist() == [1 / 61, 1 / 62] and got.scale is Scale.RRF
 
 
-def test_equal_fused_scores_go_by_corpus_row_whatever_the_input_order():
-    # rows 1 and 2 tie (1/61 + 1/62 each); 2 is seen first (dense rank 1), yet the lower row ranks first
+def test_equal_fused_scores_keep_first_seen_order():
+    # rows 1 and 2 tie (1/61 + 1/62 each); 2 is seen first (dense rank 1), so 2 ranks first, not the lower row
     dense, lexical = cands(["q"], [[(2, 0.9), (1, 0.8)]], "cosine"), cands(["q"], [[(1, 9.0), (2, 8.0)]], "bm25")
     got = run(Fuse(), dense=dense, lexical=lexical)
-    assert got.row.tolist() == [1, 2] and got.score[0] == got.score[1]
-    assert run(Fuse(), lexical=lexical, dense=dense).row.tolist() == [1, 2]  # declared order changes nothing
-    # the commonest exact tie: the first of each channel, both 1/61
+    assert got.row.tolist() == [2, 1] and got.score[0] == got.score[1]
+    assert run(Fuse(), lexical=lexical, dense=dense).row.tolist() == [1, 2]  # the declared order is first-seen
+    # the commonest exact tie: the first of each channel, both 1/61 — the first input's comes first
     top = run(Fuse(), dense=cands(["q"], [[(5, 0.9), (4, 0.1)]], "cosine"),
               lexical=cands(["q"], [[(3, 2.0), (4, 1.0)]], "bm25"))
-    assert top.row.tolist() == [4, 3, 5] and top.score[1] == top.score[2] == 1 / 61
-    # blend: equal fused scores (here: the same cosine, no lexical score) also go by row
+    assert top.row.tolist() == [4, 5, 3] and top.score[1] == top.score[2] == 1 / 61
+    # blend: equal fused scores (here: the same cosine, no lexical score) keep first-seen order too
     blend = run(Fuse(method="blend"), dense=cands(["q"], [[(8, 0.5), (6, 0.5)]], "cosine"),
                 lexical=cands(["q"], [[(9, 3.0)]], "bm25"))
-    assert blend.row.tolist() == [6, 8, 9]  # 0.25, 0.25, then 0.5 * 3 / 11
+    assert blend.row.tolist() == [8, 6, 9]  # 0.25, 0.25, then 0.5 * 3 / 11
 
 
 def test_rrf_k_and_weights_keyed_by_input_name():

@@ -436,7 +436,7 @@ def test_a_path_that_is_not_utf8_still_names_its_file(tmp_path: Path) -> None:
     printed = json.loads(result.stdout)  # valid UTF-8 JSON: the name's byte is written as its \\udce9 escape
     assert printed["corpus"] == root.name == "caf\udce9" and printed["queries"][0]["hits"][0]["artifact_id"] == "a"
     table = CliRunner().invoke(main, ["run", "lexical", "--corpus", str(root), "-q", "zip"])
-    assert table.exit_code == 0 and b"corpus caf\xe9)" in table.stdout_bytes, table.output  # the bytes as given
+    assert table.exit_code == 0 and b"corpus caf\xe9;" in table.stdout_bytes, table.output  # the bytes as given
 
 
 def test_standard_output_prints_a_paths_bytes_as_given_for_one_command_only(stored: Path) -> None:

@@ -232,7 +232,7 @@ def _channel(query: QueryBatch, rows: list[int], scale: str) -> Candidates:
 
 
 def test_diff_of_two_stages_by_hand(corpus, hybrid):
-    # dense ranks rows 0, 2, 4; lexical ranks 4, 6, 0.  RRF (rrf_k 60), ties by corpus row:
+    # dense ranks rows 0, 2, 4; lexical ranks 4, 6, 0.  RRF (rrf_k 60), ties in first-seen order:
     # row 0: 1/61 + 1/63, row 4: 1/63 + 1/61, row 2: 1/62, row 6: 1/62  ->  fuse order 0, 4, 2, 6
     batch = QueryBatch.of(["anything"])
     result = hybrid.run(corpus, "anything", trace=True, per_artifact=False,

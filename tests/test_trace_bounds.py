@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import irflow.engine.explain
+import irflow.engine.positions
 from irflow.cli.app import main
 from irflow.engine.batches import QueryBatch
 from irflow.engine.events import StageEvent
@@ -205,7 +205,8 @@ def test_show_json_stays_within_a_few_times_its_compact_json(lines, tmp_path):
 
 # -- any hostile edit: refused, or rendered within a small multiple of the file ---------------------------------
 
-_FIELDS = ["params", "status", "kind", "query", "batch", "record_id", "provenance", "output", "ports", "columns"]
+_FIELDS = ["params", "status", "kind", "query", "batch", "record_id", "provenance", "output", "ports", "columns",
+           "excerpts"]
 
 
 def _inflate(lines: list[dict[str, Any]], line_index: int, field: str, size: int) -> None:
@@ -230,6 +231,9 @@ def _inflate(lines: list[dict[str, Any]], line_index: int, field: str, size: int
         line["columns"] = {f"k{i}": "O" for i in range(size)}
         for candidate in line["candidates"]:
             candidate["provenance"].update({f"k{i}": None for i in range(size)})
+    elif field == "excerpts":  # a row's text is shown beside each of its candidates: a long one would multiply
+        rows = {str(c["row"]) for other in lines[1:] for c in other["candidates"]}
+        lines[0]["excerpts"] = dict.fromkeys(rows, "e" * size)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -249,6 +253,8 @@ def test_any_edit_is_refused_or_renders_within_a_few_times_the_file(lines, tmp_p
     assert len(rendered) < 3 * path.stat().st_size
     for query in range(loaded.n_queries):
         assert len(loaded.table(query=query, limit=1000)) < 3 * path.stat().st_size
+    # its report page: the file's content a few times at most, beside the page's own style, script and DAG
+    assert len(loaded.to_html(top=1000)) < 3 * path.stat().st_size + 200_000
 
 
 # -- the JSON outline the CLI prints ------------------------------------------------------------------------------
@@ -296,8 +302,8 @@ def test_explaining_a_trace_of_many_mask_stages_is_linear(lines, tmp_path, monke
             line["inputs"].update({f"m{i}": {"type": "mask", "count": 1, "size": 1} for i in range(n_masks)})
     loaded = Trace.load(_write(tmp_path / "masks.jsonl", many))
     calls = []
-    original = irflow.engine.explain._position
-    monkeypatch.setattr(irflow.engine.explain, "_position", lambda *a: calls.append(a) or original(*a))
+    original = irflow.engine.positions.position
+    monkeypatch.setattr(irflow.engine.positions, "position", lambda *a: calls.append(a) or original(*a))
     record = _stage_line(lines, "collapse")["candidates"][0]["record_id"]
     explanation = loaded.explain(record)
     assert [s.note for s in explanation.steps if s.stage.startswith("m")] == ["in the candidate set"] * n_masks

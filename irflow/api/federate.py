@@ -6,10 +6,9 @@ order and deduplicate that list's hits (one scale, sound); across lists only
 ranks interact, through weighted Reciprocal Rank Fusion: a hit at rank ``r``
 of the list under key ``s`` contributes ``weights[s] / (rrf_k + r)``.
 
-Ties: hits of different sources share no corpus row, so the engine's rule
-(equal scores by corpus row) cannot apply here.  Equal scores keep first-seen
-order instead — within a list, the list's order; across lists, mapping order,
-then rank — deterministic for the same inputs (README, "Ties").
+Ties: equal scores keep first-seen order — within a list, the list's order;
+across lists, mapping order, then rank — the rule of the engine's fuse stage
+and of the seed (README, "Ties"), deterministic for the same inputs.
 
 >>> from irflow.store.records import SearchHit
 >>> fused = fuse_hits({"a": [SearchHit("x", "name", 0.9), SearchHit("y", "name", 0.5)],

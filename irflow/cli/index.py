@@ -113,8 +113,9 @@ def _record_problems(obj: Mapping[str, Any]) -> list[str]:
     if obj.get("metadata") is not None and not isinstance(obj["metadata"], dict):
         problems.append(f"'metadata' must be an object ({{\"key\": value, ...}}), got {_type(obj['metadata'])}")
     index = obj.get("surface_index")
-    if index is not None and (isinstance(index, bool) or not isinstance(index, int) or index < 0):
-        problems.append(f"'surface_index' must be an integer >= 0, got {_shown(index)}")
+    if index is not None and (isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < 2**63):
+        # beyond int64 it cannot be stored: it would end the build in an OverflowError
+        problems.append(f"'surface_index' must be an integer from 0 to 2**63 - 1, got {_shown(index)}")
     if obj.get("id") is not None and (not isinstance(obj["id"], str) or not obj["id"]):
         problems.append(f"'id' must be a non-empty string, got {_shown(obj['id'])}")
     vector = obj.get("vector")

@@ -10,6 +10,7 @@ a clear usage error naming it, never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -59,7 +60,9 @@ def load_plugin(name: str) -> ModuleType:
 def _load(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> tuple[str, ...]:
     for name in values:
         try:
-            load_plugin(name)
+            # what a plugin prints while it is imported is not the command's output (--json): stderr
+            with contextlib.redirect_stdout(sys.stderr):
+                load_plugin(name)
         except ModuleNotFoundError as error:
             raise click.BadParameter(
                 f"cannot import {name!r}: no module named {error.name!r} (looked on sys.path and in the current "

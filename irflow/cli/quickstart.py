@@ -2,7 +2,7 @@
 
 It is what README's first command runs (``irflow demo``): a corpus built from
 real data every Python machine has (see :mod:`irflow.cli.installed`), the
-command line's default embedder (all-MiniLM-L6-v2 on onnxruntime when the
+default embedder of every entry point (all-MiniLM-L6-v2 on onnxruntime when the
 ``models`` extra is installed, else the offline ``"hash"`` sketch, said so
 once), the built-in ``search`` recipe in hybrid mode, a readable results
 table and a trace file to look into with ``irflow trace show``.
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from irflow.store.corpus import Corpus, build, open_corpus
-from irflow.kernels.embedders import cli_default_embedder, resolve_embedder
+from irflow.kernels.embedders import AUTO, resolve_embedder
 from irflow.errors import CorpusError
 from irflow.cli.installed import distribution_records
 from irflow.store.paths import irflow_home
@@ -46,7 +46,7 @@ EXAMPLE_QUERIES: tuple[str, ...] = (
 DEFAULT_TRACE = "irflow-demo-trace.jsonl"
 
 
-def installed_corpus(*, embedder: Any = "hash", cache: bool = False, progress: bool = False) -> Corpus:
+def installed_corpus(*, embedder: Any = AUTO, cache: bool = False, progress: bool = False) -> Corpus:
     """A corpus of the installed distributions (named ``installed``): in memory, or cached.
 
     With ``cache`` it is built once into ``$IRFLOW_HOME/cache/demo/<key>/installed``
@@ -88,15 +88,15 @@ def run_demo(
     k: int = 5,
     trace_path: str | Path | None = DEFAULT_TRACE,
     echo: Callable[[str], None] = logger.info,
-    embedder: Any = None,
+    embedder: Any = AUTO,
     cache: bool = False,
     progress: bool = False,
 ) -> list:
     """Run the ``search`` recipe over the installed-packages corpus and show the hits.
 
     Returns the hit lists (one per query).  With *trace_path* the run is
-    traced and the trace written there as JSON Lines.  ``embedder`` None
-    takes the command line's default (:func:`irflow.kernels.embedders.cli_default_embedder`);
+    traced and the trace written there as JSON Lines.  ``embedder`` defaults
+    to the model when installed, else "hash" (:func:`irflow.kernels.embedders.default_embedder`);
     ``cache`` keeps the embedded corpus for the next run (see :func:`installed_corpus`).
     """
     if trace_path is not None:
@@ -105,10 +105,6 @@ def run_demo(
     for i, query in enumerate(queries):  # refused before the corpus is built (the run would refuse it after)
         if isinstance(query, str):
             check_text(query, f"query {i}")
-    if embedder is None:
-        embedder, note = cli_default_embedder()
-        if note:
-            echo(note)
     corpus = installed_corpus(embedder=embedder, cache=cache, progress=progress)
     artifacts = len(corpus.store.ledger)
     echo(f"corpus: {artifacts} installed Python distributions, {corpus.n_rows} surfaces "

@@ -2,7 +2,7 @@
 
 Everything here reads the JSON Lines file alone (no corpus, nothing re-run):
 
-    irflow trace show run.jsonl [--stage fuse] [--query 1]
+    irflow trace show run.jsonl [--stage fuse] [--query 1 | --query all]
     irflow trace diff run.jsonl --stages dense fuse
     irflow trace diff old.jsonl new.jsonl --stage collapse
     irflow trace explain run.jsonl RECORD_OR_ARTIFACT [--query 1]
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from irflow.cli.output import echo_json, machine_readable
 from irflow.engine.trace import Trace, diff as diff_stages, jsonable
 from irflow.util.jsontext import outline
 from irflow.util.unicode import escape_surrogates
@@ -27,7 +28,7 @@ def _echo_json(data: object) -> None:
     # the outer levels (stages, candidates) one item a line, each candidate's fields compact: what a trace
     # file holds comes back at a few times its size however it nests (indent=2 on every level would not);
     # a lone surrogate (a corpus named by a non-UTF-8 folder) as its JSON escape, which UTF-8 can print
-    click.echo(escape_surrogates(outline(jsonable(data), levels=4)))
+    echo_json(escape_surrogates(outline(jsonable(data), levels=4)))
 
 
 @click.group()
@@ -35,24 +36,44 @@ def trace() -> None:
     """Read a trace file (irflow run --trace FILE): show, diff, explain."""
 
 
+class _QueryChoice(click.ParamType):
+    """A query index (0, 1, ...) or ``all``."""
+
+    name = "INDEX|all"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int | None:
+        if value is None or isinstance(value, int) or (isinstance(value, str) and value.lower() == "all"):
+            return None if isinstance(value, str) else value
+        try:
+            return int(str(value))
+        except ValueError:
+            self.fail(f"{value!r} is neither a query index (0, 1, ...) nor 'all'", param, ctx)
+
+
 @trace.command()
 @click.argument("file", type=_FILE)
 @click.option("--stage", default=None, help="Only this stage (its parameters and top candidates).")
-@click.option("--query", "query", type=int, default=0, show_default=True, help="Query index in the run.")
+@click.option("--query", "query", type=_QueryChoice(), default=0, show_default=True,
+              help="Query index in the run, or 'all' for every query.")
 @click.option("--limit", type=click.IntRange(min=1), default=10, show_default=True, help="Candidates per stage.")
 @click.option("--json", "as_json", is_flag=True, help="Print the trace lines for this query (and stage) as JSON.")
-def show(file: Path, stage: str | None, query: int, limit: int, as_json: bool) -> None:
-    """Print the stages of a trace: summary table and top candidates."""
+@machine_readable
+def show(file: Path, stage: str | None, query: int | None, limit: int, as_json: bool) -> None:
+    """Print the stages of a trace: summary table and top candidates.
+
+    A stage switched off, or one that passed its input through unchanged, is one line.
+    """
     loaded = Trace.load(file)
+    queries = range(loaded.n_queries) if query is None else [loaded.check_query(query)]
     if as_json:
-        query = loaded.check_query(query)
         if stage is not None:
             loaded.event(stage)  # an unknown stage is an error listing the stages
+        wanted = set(queries)
         lines = [r for r in loaded.records()[1:]
-                 if r["query_index"] == query and (stage is None or r["stage"] == stage)]
+                 if r["query_index"] in wanted and (stage is None or r["stage"] == stage)]
         _echo_json({"header": loaded.records()[0], "stages": lines})
         return
-    click.echo(loaded.table(stage=stage, query=query, limit=limit))
+    click.echo("\n\n".join(loaded.table(stage=stage, query=q, limit=limit) for q in queries))
 
 
 @trace.command()
@@ -62,6 +83,7 @@ def show(file: Path, stage: str | None, query: int, limit: int, as_json: bool) -
 @click.option("--query", "query", type=int, default=0, show_default=True, help="Query index in the run.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Rows per section.")
 @click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON.")
+@machine_readable
 def diff(files: tuple[Path, ...], stages: tuple[str, str] | None, stage: str | None, query: int,
          limit: int | None, as_json: bool) -> None:
     """What entered, left and moved: two stages of FILE, or one stage of two FILEs."""
@@ -92,6 +114,7 @@ def diff(files: tuple[Path, ...], stages: tuple[str, str] | None, stage: str | N
 @click.argument("record")
 @click.option("--query", "query", type=int, default=0, show_default=True, help="Query index in the run.")
 @click.option("--json", "as_json", is_flag=True, help="Print the explanation as JSON.")
+@machine_readable
 def explain(file: Path, record: str, query: int, as_json: bool) -> None:
     """Why RECORD (a record id or artifact id) ranks where it does, stage by stage."""
     explanation = Trace.load(file).explain(record, query=query)

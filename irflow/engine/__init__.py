@@ -15,9 +15,12 @@ and nothing of the seed API, the evaluation harness or the command line):
 - ``instantiate``, ``graph``, ``facts``, ``validate``, ``pipeline``, ``params``:
   building stage objects, the DAG, what validation learns, validation as a
   list of checks, the validated pipeline, a run's parameters;
-- ``events``, ``values``, ``explain``, ``diff``, ``tracecheck``, ``tracefile``,
-  ``trace``, ``result``: what a run records and returns, and how it is
-  explained, diffed, dumped, checked and loaded;
+- ``events``, ``values``, ``positions``, ``explain``, ``diff``, ``shortfall``, ``tracecheck``,
+  ``tracefile``, ``stageview``, ``trace``, ``result``: what a run records and returns
+  (``shortfall``: the queries that got fewer than ``k`` hits while more match), and how it is
+  explained, diffed, dumped, checked, loaded and shown; the sub-package
+  ``report`` (between ``explain`` and ``diff``: ``diff``, ``trace`` and ``result`` use it,
+  ``batches`` its notebook view of a batch) makes their HTML pages and notebook views;
 - ``plan``: the plan of an untraced run (stages switched off, passed through, run);
 - ``executor``: runs the stages an output needs, once per batch;
 - ``recipe``: the :class:`Recipe` facade (load, validate, run) and the builder.
@@ -36,7 +39,7 @@ from irflow.engine.kinds import ENTRY_POINT_GROUP, get_stage_class, register_sta
 from irflow.engine.ports import CANDIDATES, CONTEXTS, HITS, MASK, QUERIES, QUERY, Port, PortType
 from irflow.engine.recipe import Recipe, RecipeBuilder, builtin_recipes, load_recipe, ref
 from irflow.engine.result import Result
-from irflow.engine.stage import Stage, StageContext, Upstream, param
+from irflow.engine.stage import Promise, Stage, StageContext, Upstream, param
 from irflow.engine.trace import Trace, diff
 from irflow.engine.validators import (
     boolean,
@@ -59,6 +62,7 @@ __all__ = [
     "Stage",
     "StageContext",
     "Upstream",
+    "Promise",
     "param",
     "register_stage",
     "unregister_stage",

@@ -35,6 +35,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from irflow.engine.report.batchview import candidates_view
 from irflow.engine.scale import Scale
 from irflow.errors import ArgumentError
 
@@ -202,6 +203,8 @@ class QueryBatch:
     @property
     def is_root(self) -> bool:
         """True when this is the raw batch (no reformulation)."""
+        if self._raw:  # made by QueryBatch.of: the root by construction
+            return True
         return self.texts == self.originals and bool(np.array_equal(self.origin, np.arange(len(self.texts))))
 
     def root(self) -> "QueryBatch":
@@ -291,9 +294,11 @@ class Candidates:
     switched off: it is empty, and a fuse stage ignores it.
 
     Construct with the columns in ranked order (or use :meth:`ranked` to sort
-    by score); every array is converted once and stored read-only.  Every
-    built-in stage ranks by score descending, equal scores by corpus row
-    ascending (:meth:`ranked`, :meth:`sorted_by_score`).
+    by score); every array is converted once and stored read-only.  Ties, the
+    seed's rule: a first ranking (the kernels, :meth:`ranked`) orders equal
+    scores by corpus row, lowest first; a stage that re-sorts what it
+    received (:meth:`sorted_by_score`) keeps the order it received among
+    equal scores (a stable sort).
     """
 
     queries: QueryBatch = attrs.field(validator=attrs.validators.instance_of(QueryBatch))
@@ -403,10 +408,12 @@ class Candidates:
     @classmethod
     def ranked(cls, queries: QueryBatch, query_index: Any, row: Any, score: Any, scale: Scale | str,
                provenance: Mapping[str, Any] | None = None) -> "Candidates":
-        """A batch from columns in any order: grouped by query, best score first.
+        """A first ranking from columns in any order: grouped by query, best score first.
 
         Equal scores go by corpus row, lowest first (then their given order,
-        for a row listed twice).
+        for a row listed twice), as the kernels rank: the given order of
+        unordered columns means nothing.  To re-sort a ranking, keeping its
+        order among equal scores, use :meth:`sorted_by_score`.
         """
         query_index = np.asarray(query_index, dtype=np.int32).reshape(-1)
         score = np.asarray(score, dtype=np.float64).reshape(-1)
@@ -494,13 +501,14 @@ class Candidates:
         return self._take_grouped(np.flatnonzero(keep))
 
     def sorted_by_score(self) -> "Candidates":
-        """Each query's candidates best score first; equal scores by corpus row, lowest first.
+        """Each query's candidates best score first; equal scores keep their current order.
 
-        The tie rule is the kernels' (README, "Ties"), so a re-sort never
-        depends on how the candidates arrived.  Stable beyond it (a row listed
-        twice keeps its order).
+        Stable, the seed's rule for a stage that re-sorts what it received
+        (README, "Ties"): the earlier ranking breaks the tie, which is as
+        reproducible as the corpus row (that ranking is itself
+        deterministic).  lexsort is stable: equal keys keep their positions.
         """
-        return self._take_grouped(np.lexsort((self.row, -self.score, self.query_index)))
+        return self._take_grouped(np.lexsort((-self.score, self.query_index)))
 
     def cut(self, k: int) -> "Candidates":
         """The first ``k`` candidates of each query."""
@@ -596,6 +604,10 @@ class Candidates:
         return True
 
     __hash__ = None  # type: ignore[assignment]
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: the scale and counts, the top rows of the first queries with their provenance."""
+        return candidates_view(self)
 
     def __repr__(self) -> str:
         state = "" if self.active else ", inactive"

@@ -11,8 +11,10 @@ from typing import Any, Protocol, cast
 
 import attrs
 
+from irflow.engine.report.reprs import diff_view
 from irflow.errors import TraceError
 from irflow.util.table import render_table
+from irflow.util.unicode import escape_controls
 
 __all__ = ["Change", "Diff", "diff_rankings"]
 
@@ -114,10 +116,14 @@ class Diff:
             lines.extend(["", f"{title}:", render_table(headers, rows, max_width=32, indent="  ")])
             if len(shown) < len(changes):
                 lines.append(f"  ... {len(changes) - len(shown)} more")
-        return "\n".join(lines)
+        return escape_controls("\n".join(lines))  # labels and ids from trace files: shown, not obeyed
 
     def __str__(self) -> str:
         return self.table()
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: the counts and scales, then what entered, left, moved and was rescored."""
+        return diff_view(self)
 
 
 def _score_change(change: Change) -> float | None:

@@ -48,7 +48,9 @@ def is_inactive(value: Any) -> bool:
 class StageEvent:
     """One stage of a traced run.
 
-    ``status`` is ``"ran"``, ``"cached"`` (output reused from a StageCache),
+    ``status`` is ``"ran"``, ``"passed"`` (it ran and returned an input
+    unchanged, as it declares for these parameters: no reranker, no boost,
+    one channel to fuse), ``"cached"`` (output reused from a StageCache),
     ``"override"`` (output injected by the caller) or ``"inactive"`` (its
     ``when`` did not hold or a required input was inactive).  ``inputs`` maps
     each upstream name (``"query"`` for the raw batch) to the value the stage
@@ -71,7 +73,8 @@ class TraceRecorder(list[StageEvent]):
     Carries the run's context as attributes: ``recipe`` (the Recipe),
     ``queries`` (the raw QueryBatch), ``params`` (the resolved recipe
     parameters) and ``corpus``, so a trace module can render record ids and
-    artifacts without re-running anything.
+    artifacts without re-running anything; and ``short``, the run's
+    shortfalls (:mod:`irflow.engine.shortfall`), set when the run ends.
     """
 
     def __init__(self, recipe: RecipeSpec | None = None, queries: QueryBatch | None = None,
@@ -81,6 +84,7 @@ class TraceRecorder(list[StageEvent]):
         self.queries = queries
         self.params = dict(params or {})
         self.corpus = corpus
+        self.short: tuple[Any, ...] = ()  # the run's Shortfalls, set when it ends
 
     def event(self, name: str) -> StageEvent:
         """The event of stage ``name``."""

@@ -41,6 +41,7 @@ from irflow.engine.pipeline import Pipeline
 from irflow.engine.plan import OFF, THROUGH, Step, plan_run, when_holds
 from irflow.engine.ports import CANDIDATES, HITS, MASK, QUERIES, QUERY, PortType
 from irflow.engine.result import Result
+from irflow.engine.shortfall import Shortfall, find_shortfalls
 from irflow.engine.stage import Stage, StageContext
 from irflow.errors import ArgumentError, ParameterError, RecipeError, StageError
 from irflow.store.protocol import CorpusProtocol
@@ -227,8 +228,11 @@ def run_recipe(recipe: RecipeSpec, corpus: CorpusProtocol, query_or_queries: Any
                 run.inject(name)
             else:
                 run.execute(name)
+    short = run.shortfalls()
+    if run.recorder is not None:
+        run.recorder.short = short
     return Result(recipe=recipe, corpus=corpus, queries=run.batch, single=run.single, params=run.values,
-                  outputs=run.outputs, trace=run.recorder, output_name=run.target)
+                  outputs=run.outputs, trace=run.recorder, output_name=run.target, short=short)
 
 
 @attrs.define(eq=False)
@@ -318,6 +322,23 @@ class _Run:
                 outputs[name] = _run_stage(self.stages[name], StageContext(self.corpus, name, self.batch), kwargs,
                                            name, self.corpus)
 
+    def shortfalls(self) -> tuple[Shortfall, ...]:
+        """The queries that got fewer results than the output stage promises while more may match."""
+        stage = self.stages.get(self.target)
+        promise = stage.promised() if stage is not None else None
+        return find_shortfalls(self.corpus, self.batch, self.outputs.get(self.target), promise, self._first_stages)
+
+    def _first_stages(self) -> list[tuple[str, Stage, Candidates, dict[str, Any]]]:
+        """The first stages that ran (a fetch depth, an active output), with the inputs they got."""
+        found = []
+        for name in self.needed:
+            stage, out = self.stages.get(name), self.outputs.get(name)
+            if stage is None or not isinstance(out, Candidates) or not out.active \
+                    or stage.fetch_depths(out.queries) is None:
+                continue
+            found.append((name, stage, out, self._inputs(name)[0]))
+        return found
+
     def inject(self, name: str) -> None:
         """Take stage ``name``'s output from the caller's overrides."""
         cls, value = self.pipeline.classes[name], self.injected[name]
@@ -346,6 +367,8 @@ class _Run:
                 self.keys[name] = ("inactive", name)
         else:
             output, status = self._cached_or_run(name, stage, kwargs)
+            if status == "ran" and _returned_input(stage, kwargs, live, output):
+                status = "passed"  # it had nothing to do (no reranker, one channel): a trace says so
         self.outputs[name] = output
         if self.recorder is not None:
             elapsed = (time.perf_counter() - start) * 1000.0
@@ -424,6 +447,17 @@ class _Run:
             return (name, type(stage).kind, type(stage), cache_key(stage.params()), input_keys, self.corpus_key)
         except UnkeyableError:  # a parameter too deep to key: run the stage, never guess
             return None
+
+
+def _returned_input(stage: Stage, kwargs: Mapping[str, Any], live: Mapping[str, int], output: Any) -> bool:
+    """Whether ``output`` is the very input the stage declares it passes through (``Stage.passes_through``)."""
+    port = stage.passes_through(live)
+    if port is None or port not in kwargs:
+        return False
+    value = kwargs[port]
+    if isinstance(value, dict):
+        return len(value) == 1 and next(iter(value.values())) is output
+    return value is output
 
 
 def _as_planned(outputs: Mapping[str, Any], step: Step) -> bool:

@@ -29,15 +29,17 @@ import numpy as np
 from irflow.engine.batches import Candidates, QueryBatch
 from irflow.engine.events import INACTIVE
 from irflow.engine.pipeline import Pipeline
+from irflow.engine.positions import Locate, Scan
 from irflow.engine.values import Summary, jsonable
 from irflow.errors import IrflowError, NotInTrace
 from irflow.util.table import format_value, render_table
+from irflow.util.unicode import escape_controls
 
 if TYPE_CHECKING:  # the callers' types: result.py and trace.py import this module
     from irflow.engine.result import Result
     from irflow.engine.trace import Trace
 
-__all__ = ["Explanation", "Step", "Detail", "explain_result", "explain_trace", "label_for"]
+__all__ = ["Explanation", "Step", "Detail", "explain_result", "explain_trace", "explain_row", "label_for"]
 
 #: Friendly names of the score a stage kind writes as "<stage>.score".
 _SCORE_LABELS = {"dense": "cosine", "lexical": "bm25 score", "fuse": "fused score", "rerank": "rerank score",
@@ -164,7 +166,7 @@ class Explanation:
                     ["value", "what", "column"], [[d.value, d.label, d.column] for d in step.details], indent="  ")])
         for note in self.notes:
             lines.extend(["", note])
-        return "\n".join(lines)
+        return escape_controls("\n".join(lines))  # ids and names from a trace file: an escape in one is shown, not obeyed
 
     def __str__(self) -> str:
         return self.table()
@@ -191,18 +193,6 @@ def _details(candidates: Candidates, index: int, stage: str, kind: str | None, i
     prefix = f"{stage}."
     return tuple(Detail(name, label_for(kind, name[len(prefix):], inputs), _value(column, index))
                  for name, column in candidates.provenance.items() if name.startswith(prefix))
-
-
-def _position(candidates: Candidates, query: int, row: int) -> int | None:
-    """The position of ``row``'s best entry among original ``query``'s candidates.
-
-    Several entries exist when a query was reformulated into sub-queries:
-    the best rank wins, then the earlier sub-query.
-    """
-    hits = np.flatnonzero((candidates.origin_index == query) & (candidates.row == row))
-    if not hits.size:
-        return None
-    return int(hits[np.argmin(candidates.rank[hits])])  # argmin keeps the first of equal ranks
 
 
 def _is_real(value: Any) -> bool:
@@ -265,18 +255,18 @@ def _trace_target(trace: "Trace", key: str, query: int) -> int:
     return int(rows[0])
 
 
-def _collapse_note(trace: "Trace", event: Any, query: int, row: int, present: bool) -> str:
+def _collapse_note(trace: "Trace", event: Any, query: int, row: int, present: bool, locate: Locate) -> str:
     """Kept or not at a collapse, and which surface represents the artifact."""
     (_, artifacts, _) = trace.identify(np.array([row]))
     artifact = artifacts[0]
     output = event.output
-    mine = np.flatnonzero(output.origin_index == query)
-    record_ids, out_artifacts, kinds = trace.identify(output.row[mine])
     if present:
         column = output.provenance.get(f"{event.name}.merged")
-        merged = None if column is None else jsonable(column[_position(output, query, row)])
+        merged = None if column is None else jsonable(column[locate.position(output, query, row)])
         extra = f" ({merged} entries merged)" if merged and merged > 1 else ""
         return f"kept: it represents artifact {artifact}{extra}"
+    mine = locate.query_positions(output, query)
+    record_ids, out_artifacts, kinds = trace.identify(output.row[mine])
     for i, other in enumerate(out_artifacts):
         if other == artifact:
             return (f"not kept: artifact {artifact} is represented by its {kinds[i]} surface "
@@ -284,7 +274,7 @@ def _collapse_note(trace: "Trace", event: Any, query: int, row: int, present: bo
     return f"not kept: artifact {artifact} is below the cut (k)"
 
 
-def _trace_step(trace: "Trace", event: Any, query: int, row: int, fed_holds: set[str]) -> Step:
+def _trace_step(trace: "Trace", event: Any, query: int, row: int, fed_holds: set[str], locate: Locate) -> Step:
     output = event.output
     inputs = _fuse_inputs(event.ports, (), event.name) if event.kind == "fuse" else []
     if output is INACTIVE or (isinstance(output, Candidates) and not output.active):
@@ -304,19 +294,20 @@ def _trace_step(trace: "Trace", event: Any, query: int, row: int, fed_holds: set
                     note="query texts: " + ", ".join(repr(t) for t in texts))
     if not isinstance(output, Candidates):
         return Step(event.name, event.kind, event.status, None)
-    index = _position(output, query, row)
-    was_input = any(isinstance(v, Candidates) and _position(v, query, row) is not None for v in event.inputs.values())
+    index = locate.position(output, query, row)
+    was_input = any(isinstance(v, Candidates) and locate.position(v, query, row) is not None
+                    for v in event.inputs.values())
     if index is None:
         note = "dropped by this stage" if was_input else "not among its candidates"
         if event.kind == "collapse" and was_input:
-            note = _collapse_note(trace, event, query, row, False)
+            note = _collapse_note(trace, event, query, row, False, locate)
         return Step(event.name, event.kind, event.status, False, note=note)
     step = Step(event.name, event.kind, event.status, True, int(output.rank[index]), float(output.score[index]),
                 output.scale.value, _details(output, index, event.name, event.kind, inputs))
     if not output.queries.is_root:  # a reformulated batch: say which sub-query ranked it there
         step = attrs.evolve(step, note=f"in sub-query {output.queries.texts[int(output.query_index[index])]!r}")
     if event.kind == "collapse":
-        return attrs.evolve(step, note=_collapse_note(trace, event, query, row, True))
+        return attrs.evolve(step, note=_collapse_note(trace, event, query, row, True, locate))
     if event.kind == "fuse":
         return attrs.evolve(step, note=_rrf_note(step, event.params, inputs))
     return step
@@ -330,14 +321,25 @@ def explain_trace(trace: "Trace", record: Any, *, query: int = 0, output_stage: 
     """
     query = trace.check_query(query)
     key = _key_of(record)
-    row = _trace_target(trace, key, query)
+    return explain_row(trace, _trace_target(trace, key, query), query=query, output_stage=output_stage)
+
+
+def explain_row(trace: "Trace", row: int, *, query: int, output_stage: str | None = None,
+                locate: Locate | None = None) -> "Explanation":
+    """Explain corpus row ``row`` for original query ``query`` (a checked index) from a trace alone.
+
+    What :func:`explain_trace` answers once it has found the row; ``locate``
+    finds the row in each stage's batch (a report explaining many hits indexes
+    each batch once).
+    """
+    locate = locate if locate is not None else Scan()
     # the stages that fed a stage whose candidates hold the row, found once (not once per mask stage: a file
     # of thousands of mask stages would cost their square)
     fed_holds: set[str] = set()
     for event in trace:
-        if isinstance(event.output, Candidates) and _position(event.output, query, row) is not None:
+        if isinstance(event.output, Candidates) and locate.position(event.output, query, row) is not None:
             fed_holds.update(event.inputs)
-    steps = tuple(_trace_step(trace, event, query, row, fed_holds) for event in trace)
+    steps = tuple(_trace_step(trace, event, query, row, fed_holds, locate) for event in trace)
     last = output_stage or (trace.stages[-1] if len(trace) else "")
     final = next((s for s in steps if s.stage == last), None)
     (record_ids, artifacts, kinds) = trace.identify(np.array([row]))

@@ -18,8 +18,8 @@ from irflow.engine.batches import Scale
 from irflow.engine.graph import bind_inputs, build_graph
 from irflow.engine.instantiate import evaluate_derived, instantiate, stage_values
 from irflow.engine.kinds import get_stage_class, stage_kinds
-from irflow.engine.model import DERIVED_RULES, QUERY_NODE, RESERVED_PARAM_NAMES, RecipeSpec, derived_rule_args, \
-    param_ref
+from irflow.engine.model import DERIVED_RULES, DERIVED_WHEN, QUERY_NODE, RESERVED_PARAM_NAMES, RecipeSpec, \
+    derived_rule_args, param_ref, thaw
 from irflow.engine.ports import QUERY, PortType, fits
 from irflow.engine.stage import Stage, Upstream, stage_params
 from irflow.engine.validators import did_you_mean, listing
@@ -198,9 +198,35 @@ def _derive(facts: Facts, name: str, rule: str, args: Mapping[str, Any]) -> tupl
                                 f"parameter{did_you_mean(ref, recipe.params)}; recipe parameters: "
                                 f"{listing(recipe.params)}")
                 bad = True
+    if DERIVED_WHEN in args:
+        when = _derived_when_problems(recipe, label, args[DERIVED_WHEN])
+        problems.extend(when)
+        bad = bad or bool(when)
     if bad:
         return None, problems
     try:
         return evaluate_derived(recipe, recipe.derived[name], recipe.params, given=recipe.params.get(name)), problems
     except RecipeError as error:
         return None, problems + list(error.problems)
+
+
+def _derived_when_problems(recipe: RecipeSpec, label: str, when: Any) -> list[str]:
+    """What is wrong with a derived parameter's ``when = { param = [values] }`` (recipe parameters only:
+    derived parameters read the parameters as given, never another derived value)."""
+    if not isinstance(when, Mapping):
+        return [f"{label}: when must be a table param = [values], got {thaw(when)!r}"]
+    problems = []
+    for key, allowed in when.items():
+        values = allowed if isinstance(allowed, tuple) else (allowed,)
+        if key not in recipe.params:
+            problems.append(f"{label}: when refers to {key!r}, which is not a recipe parameter"
+                            f"{did_you_mean(key, recipe.params)}; recipe parameters: {listing(recipe.params)}")
+        elif not values or not all(v is None or isinstance(v, (str, int, float, bool)) for v in values):
+            problems.append(f"{label}: when.{key} must be a value or a non-empty list of values "
+                            f"(strings, numbers, booleans), got {thaw(allowed)!r}")
+        elif key in recipe.choices:
+            problems.extend(f"{label}: when.{key} lists {v!r}, which is not one of the choices of {key} "
+                            f"({', '.join(map(repr, recipe.choices[key]))})"
+                            f"{did_you_mean(v, map(str, recipe.choices[key]))}"
+                            for v in values if v not in recipe.choices[key])
+    return problems

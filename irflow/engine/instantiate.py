@@ -14,12 +14,12 @@ from typing import Any
 
 import attrs
 
-from irflow.engine.model import DERIVED_RULES, DerivedSpec, RecipeSpec, StageSpec, literal, param_ref, resolve_value, \
-    thaw
+from irflow.engine.model import DERIVED_RULES, DERIVED_WHEN, DerivedSpec, RecipeSpec, StageSpec, literal, param_ref, \
+    resolve_value, thaw, when_holds
 from irflow.engine.stage import stage_params
 from irflow.errors import RecipeError
 
-__all__ = ["instantiate", "field_problem", "stage_values", "evaluate_derived"]
+__all__ = ["instantiate", "field_problem", "stage_values", "evaluate_derived", "derived_when"]
 
 
 def instantiate(cls: type[Any], values: Mapping[str, Any], via: Mapping[str, str],
@@ -95,11 +95,27 @@ def stage_values(spec: StageSpec, params: Mapping[str, Any], valid_refs: set[str
     return values, via
 
 
+def derived_when(spec: DerivedSpec) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    """A derived parameter's ``when`` condition as ``(parameter, allowed values)`` pairs (none: always)."""
+    when = spec.args.get(DERIVED_WHEN)
+    if not isinstance(when, Mapping):
+        return ()
+    return tuple((str(k), v if isinstance(v, tuple) else (v,)) for k, v in when.items())
+
+
 def evaluate_derived(recipe: RecipeSpec, spec: DerivedSpec, values: Mapping[str, Any], given: Any) -> Any:
-    """Compute one derived parameter (args resolved against ``values``); RecipeError naming bad arguments."""
+    """Compute one derived parameter (args resolved against ``values``); RecipeError naming bad arguments.
+
+    A ``when`` that does not hold leaves the rule out: the parameter is ``given`` (None unless the
+    caller set it).
+    """
+    if given is None and not when_holds(derived_when(spec), values):
+        return None
     args: dict[str, Any] = {}
     via: dict[str, str] = {}
     for key, value in spec.args.items():
+        if key == DERIVED_WHEN:
+            continue
         if isinstance(value, tuple):
             args[key] = tuple(resolve_value(v, values) for v in value)
         else:

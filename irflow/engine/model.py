@@ -27,7 +27,10 @@ __all__ = [
     "DerivedSpec",
     "FrozenMap",
     "OverFetch",
+    "Deepen",
     "DERIVED_RULES",
+    "DERIVED_WHEN",
+    "when_holds",
     "QUERY_NODE",
     "RESERVED_PARAM_NAMES",
     "freeze",
@@ -202,14 +205,52 @@ class OverFetch:
         return self.k
 
 
+@attrs.frozen
+class Deepen:
+    """``k`` when no depth is ``given`` and every ``if_all`` value is truthy, else None.
+
+    How many results a first stage must hold per query text: a per-artifact
+    search over one channel whose ``fetch_k`` the caller did not set fetches
+    deeper until its candidates hold ``k`` artifacts (or no more match), so
+    it never returns fewer than ``k`` hits while more artifacts match.  A
+    ``fetch_k`` the caller sets is the depth, kept as given (None: no
+    deepening).  The derived parameter's own run-time value, when set, wins.
+
+    >>> Deepen(k=5, if_all=(True,))(None), Deepen(k=5, given=20)(None), Deepen(k=5, if_all=(False,))(None)
+    (5, None, None)
+    """
+
+    k: int = attrs.field(validator=positive_int)
+    if_all: tuple[Any, ...] = attrs.field(default=(), converter=_truthy_values)
+    given: Any = None
+
+    def __call__(self, given: Any) -> Any:
+        if given is not None:
+            return given
+        if self.given is not None or not all(bool(v) for v in self.if_all):
+            return None
+        return self.k
+
+
 #: The rules a ``[derived.NAME]`` table may name.  Engine code may add rules;
 #: recipe files can only choose among them.
-DERIVED_RULES: dict[str, type] = {"over_fetch": OverFetch}
+DERIVED_RULES: dict[str, type] = {"over_fetch": OverFetch, "deepen": Deepen}
+
+#: An argument every derived rule takes: ``when = { param = [values] }``, the same condition as a
+#: stage's — when it does not hold, the rule is not applied and the parameter is None (unless the
+#: caller set it).
+DERIVED_WHEN = "when"
 
 
 def derived_rule_args(rule: str) -> tuple[str, ...]:
-    """The argument names of a derived rule."""
-    return tuple(f.name for f in attrs.fields(DERIVED_RULES[rule]))
+    """The argument names of a derived rule (``when`` included: every rule takes it)."""
+    return (*(f.name for f in attrs.fields(DERIVED_RULES[rule])), DERIVED_WHEN)
+
+
+def when_holds(when: Iterable[tuple[str, Iterable[Any]]], values: Mapping[str, Any]) -> bool:
+    """True when every ``(parameter, allowed values)`` pair holds (``True`` is not ``1``)."""
+    return all(any(values.get(param) == v and isinstance(values.get(param), bool) == isinstance(v, bool)
+                   for v in allowed) for param, allowed in when)
 
 
 # --------------------------------------------------------------------------

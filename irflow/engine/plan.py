@@ -28,7 +28,7 @@ from typing import Any
 
 import attrs
 
-from irflow.engine.model import QUERY_NODE
+from irflow.engine.model import QUERY_NODE, when_holds
 from irflow.engine.pipeline import Pipeline
 from irflow.engine.ports import CANDIDATES
 from irflow.engine.stage import Stage
@@ -53,12 +53,6 @@ class Step:
     # RUN: per bound port (name, variadic, upstreams: a variadic port's planned-active ones): its arguments
     ports: tuple[tuple[str, bool, tuple[str, ...]], ...] = ()
     candidates: bool = False  # OFF: the stage outputs Candidates (an inactive batch), else INACTIVE
-
-
-def when_holds(when: Sequence[tuple[str, Sequence[Any]]], values: Mapping[str, Any]) -> bool:
-    """True when every ``(parameter, allowed values)`` pair holds (``True`` is not ``1``)."""
-    return all(any(values.get(param) == v and isinstance(values.get(param), bool) == isinstance(v, bool)
-                   for v in allowed) for param, allowed in when)
 
 
 def plan_run(pipeline: Pipeline, stages: Mapping[str, Stage], needed: Sequence[str],

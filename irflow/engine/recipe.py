@@ -51,8 +51,14 @@ Rules worth knowing:
   (:data:`DERIVED_RULES`; no expressions, no code): ``over_fetch`` gives
   ``NAME`` if it is set (else its ``given`` argument, if set), else
   ``max(k * factor, minimum)`` when any value of ``if_any`` is truthy, else
-  ``k``.  Arguments may be ``"$param"``, also inside the ``if_any`` list;
-  they read the parameters as given, never another derived value.
+  ``k``; ``deepen`` gives ``NAME`` if it is set, else ``k`` when its
+  ``given`` argument is None and every value of ``if_all`` is truthy, else
+  None (the ``deepen_to`` of a channel: fetch deeper until ``k`` artifacts).
+  Arguments may be ``"$param"``, also inside the ``if_any`` / ``if_all``
+  lists; they read the parameters as given, never another derived value.
+  Every rule also takes ``when = { param = [values] }``, a stage's
+  condition: when it does not hold the rule is left out and ``NAME`` is
+  None (unless the caller set it).
 - Strings never become code, except through the application's
   :mod:`irflow.registry`.  YAML is read with ``yaml.safe_load`` only.
 """
@@ -67,9 +73,10 @@ from typing import Any
 
 import attrs
 
+from irflow.engine.report.reprs import recipe_view
 from irflow.engine.executor import StageCache, run_recipe
 from irflow.engine.formats import file_error, read_toml, read_yaml
-from irflow.engine.kinds import _source_subpackage
+from irflow.engine.kinds import _source_subpackage, get_stage_class
 from irflow.engine.model import (
     DERIVED_RULES,
     QUERY_NODE,
@@ -176,6 +183,10 @@ class Recipe(RecipeSpec):
         """The validated :class:`irflow.engine.pipeline.Pipeline` (built once per recipe object)."""
         return Pipeline.of(self)
 
+    def _repr_html_(self) -> str:
+        """A notebook's view: the DAG and one row per stage."""
+        return recipe_view(self)
+
     def run(self, corpus: Any, query_or_queries: str | Sequence[str], *, trace: bool = False,
             overrides: Mapping[str, Any] | None = None, cache: StageCache | None = None, output: str | None = None,
             **params: Any) -> Result:
@@ -204,6 +215,44 @@ class Recipe(RecipeSpec):
         reading it refuses (with what it takes and a value that works).
         """
         return resolve_params(self, overrides)
+
+    def fusion(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        """How the recipe fuses its channels in a run with ``overrides``: its first fuse stage, resolved.
+
+        ``{"stage", "method", <the method's parameters>, "choices", "when"}``:
+        ``choices`` are the methods the recipe lets a run pick (``--set
+        fusion=...``), ``when`` the recipe parameters the fusion's channels
+        depend on (``{"mode": ["hybrid"]}`` for ``search``: only hybrid mode
+        fuses).  None for a recipe without a fuse stage.  What ``irflow
+        recipes`` shows, and what descriptions are checked against.
+
+        >>> load_recipe("hybrid").fusion()["method"], load_recipe("search").fusion()["method"]
+        ('blend', 'rrf')
+        """
+        fuses = [spec for spec in self.stages.values() if spec.kind == "fuse"]
+        if not fuses:
+            return None
+        stage = fuses[0]
+        values = self.resolve_params(overrides)
+        kind = get_stage_class(stage.kind)  # registered: the recipe validated
+        defaults = {} if kind is None else {field.name: field.default for field in attrs.fields(kind)}
+
+        def value(name: str) -> Any:
+            given = stage.params.get(name)
+            referred = param_ref(given)
+            found = values.get(referred) if referred is not None else given
+            return defaults.get(name) if found is None else found  # None: the stage's default
+
+        method = value("method")
+        named = param_ref(stage.params.get("method"))
+        keys = ("rrf_k",) if method == "rrf" else ("alpha", "bm25_sat_k")
+        inputs = stage.inputs.values() if isinstance(stage.inputs, Mapping) else stage.inputs
+        when: dict[str, list[Any]] = {}  # every channel active at once: the values all of them run for
+        for up in inputs:
+            for key, allowed in (self.stages[up].when.items() if up in self.stages else ()):
+                when[key] = [v for v in when.get(key, allowed) if v in allowed]
+        return {"stage": stage.name, "method": method, **{k: value(k) for k in keys},
+                "choices": list(self.choices.get(named, ())) if named else [], "when": when}
 
 
 class RecipeBuilder:

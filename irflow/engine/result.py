@@ -6,14 +6,18 @@ per query.  ``result.output("fuse")`` returns any stage's output as it
 flowed through the DAG (a :class:`~irflow.engine.batches.Candidates`, a mask, a
 query batch), so intermediate rankings can be inspected or injected into
 another run (``overrides=``).  ``result.trace`` is an :class:`irflow.engine.trace.Trace`
-when the run was traced (None otherwise) and ``result.explain(hit)`` says
-why a hit ranks where it does.
+when the run was traced (None otherwise), ``result.explain(hit)`` says
+why a hit ranks where it does, and ``result.settings`` names the embedder
+and analyzer the corpus ranked with.  ``result.short`` lists the queries that got
+fewer than ``k`` hits while more may match, and the ``fetch_k`` that gives
+``k`` when it can be computed (:mod:`irflow.engine.shortfall`).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -22,9 +26,14 @@ import numpy as np
 from irflow.engine.batches import Candidates, QueryBatch
 from irflow.engine.explain import Explanation, explain_result
 from irflow.engine.model import QUERY_NODE, RecipeSpec
+from irflow.engine.report.extract import Caps
+from irflow.engine.report.reprs import result_view
+from irflow.engine.report.tracepage import output_event, result_page, trace_page
+from irflow.engine.shortfall import Shortfall
 from irflow.engine.trace import Trace
 from irflow.errors import IrflowError
-from irflow.store.protocol import CorpusProtocol
+from irflow.store.protocol import CorpusProtocol, CorpusSettings
+from irflow.util.fileio import write_atomic
 
 __all__ = ["Result"]
 
@@ -34,6 +43,10 @@ def _as_trace(value: Any) -> Trace | None:
     if value is None:
         return None
     return value if isinstance(value, Trace) else Trace.from_recorder(value)
+
+
+def _notes(value: Iterable[Shortfall]) -> tuple[Shortfall, ...]:
+    return tuple(value)
 
 
 @attrs.frozen(slots=False, eq=False)  # slots=False: the hits are computed once, on first access
@@ -52,6 +65,9 @@ class Result:
     outputs: Mapping[str, Any]
     trace: Trace | None = attrs.field(default=None, converter=_as_trace)  # None unless run with trace=True
     output_name: str = ""  # the stage whose output is the result ("" = the recipe's output)
+    #: the queries that got fewer than the output stage's ``k`` hits while more may match, each with the
+    #: fetch_k that gives k when it can be computed (:class:`~irflow.engine.shortfall.Shortfall`)
+    short: tuple[Shortfall, ...] = attrs.field(default=(), converter=_notes)
 
     def __attrs_post_init__(self) -> None:
         if not self.output_name:
@@ -110,6 +126,12 @@ class Result:
                               "which has no hits; make a stage producing Candidates or Hits the output")
         return per_query[0] if self.single else per_query
 
+    @property
+    def settings(self) -> CorpusSettings | None:
+        """The embedder and analyzer the corpus ranked with (``str(result.settings)``:
+        ``"embedder onnx:all-MiniLM-L6-v2, analyzer english"``); None for a corpus that does not say."""
+        return getattr(self.corpus, "settings", None)
+
     def explain(self, hit: Any, *, query: int | None = None) -> Explanation:
         """Why ``hit`` ranks where it does: its score and rank at every stage it passed.
 
@@ -123,6 +145,30 @@ class Result:
         """
         return explain_result(self, hit, query=query)
 
+    def to_html(self, path: str | os.PathLike[str] | None = None, *, queries: Sequence[int] | range | None = None,
+                top: int = 50, paths: int = 10) -> str:
+        """This result as one self-contained HTML page (returned; written atomically to ``path`` when given).
+
+        A traced run's page is its trace's (:meth:`Trace.to_html`: every
+        stage); an untraced run's shows the output stage's candidates and each
+        hit's path from the provenance columns it carries.
+        """
+        caps = Caps(top=top, paths=paths)
+        if self.trace is not None:
+            html = trace_page(self.trace, queries=queries, caps=caps)
+        else:
+            trace = Trace(self.recipe, self.queries, self.params, self.corpus)
+            trace.append(output_event(self))
+            html = result_page(self, trace, queries=queries, caps=caps)
+        if path is not None:
+            write_atomic(path, html, "report")
+        return html
+
+    def _repr_html_(self) -> str:
+        return result_view(self)
+
     def __repr__(self) -> str:
+        settings = self.settings
+        said = "" if settings is None else f", embedder={settings.embedder!r}, analyzer={settings.analyzer!r}"
         return (f"Result(recipe={self.recipe.name!r}, queries={len(self.queries)}, "
-                f"stages_run={len(self.outputs) - 1}, traced={self.trace is not None})")
+                f"stages_run={len(self.outputs) - 1}, traced={self.trace is not None}{said})")

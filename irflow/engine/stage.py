@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
+import numpy as np
 
 from irflow.engine.batches import QueryBatch, Scale
 from irflow.engine.ports import CANDIDATES, Port, PortType
@@ -43,6 +44,7 @@ from irflow.store.protocol import CorpusProtocol
 __all__ = [
     "Stage",
     "StageContext",
+    "Promise",
     "Upstream",
     "ParamInfo",
     "param",
@@ -86,6 +88,18 @@ class Upstream:
     kind: str
     type: PortType
     scales: frozenset[Scale] | None = None
+
+
+@attrs.frozen
+class Promise:
+    """What an output stage promises per original query when enough match: ``k`` results.
+
+    ``per_artifact``: the results are distinct artifacts (a collapse per
+    artifact), else distinct records.
+    """
+
+    k: int
+    per_artifact: bool
 
 
 @attrs.frozen
@@ -136,6 +150,29 @@ class Stage:
         live upstream.  Default: None (always run).
         """
         return None
+
+    def promised(self) -> Promise | None:
+        """The results per original query this stage's output holds when enough match (None: no promise).
+
+        When a run's output stage promises ``k`` and a query gets fewer while
+        its first stages may hold more, the run says so
+        (:attr:`irflow.engine.result.Result.short`).  Default: None.
+        """
+        return None
+
+    def fetch_depths(self, queries: QueryBatch) -> np.ndarray | None:
+        """Per text of ``queries``, how many candidates this first stage fetches (None: not a first stage).
+
+        A first stage (a channel ranking the corpus to a depth) says so, and
+        gives :meth:`deeper`: a run whose output came back short then tells
+        whether more could match (a text that got fewer than its depth holds
+        every match) and which depth gives ``k``.  Default: None.
+        """
+        return None
+
+    def deeper(self, depth: int) -> "Stage":
+        """This first stage fetching exactly ``depth`` candidates per text (see :meth:`fetch_depths`)."""
+        raise NotImplementedError(f"stage kind {self.kind!r} is not a first stage: it has no fetch depth")
 
     def params(self) -> dict[str, Any]:
         """The stage's parameters (every field, defaults included), shallow."""

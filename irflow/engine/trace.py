@@ -12,6 +12,7 @@ corpus and without re-running anything::
     trace.dump("run.jsonl")
     again = Trace.load("run.jsonl")
     print(diff(again.stage("dense"), again.stage("fuse")).table())
+    again.to_html("run.html")   # one self-contained page: DAG, every stage, hit paths
 
 The file format (JSON Lines, one line per stage and query) is documented in
 :mod:`irflow.engine.tracefile`; a loaded trace holds real
@@ -23,7 +24,6 @@ their content).
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -33,14 +33,20 @@ import numpy as np
 
 from irflow.engine.batches import Candidates, QueryBatch
 from irflow.engine.diff import Change, Diff, diff_rankings
-from irflow.engine.events import INACTIVE, StageEvent, TraceRecorder
+from irflow.engine.events import StageEvent, TraceRecorder
 from irflow.engine.explain import Explanation, explain_trace
+from irflow.engine.report.diffpage import diff_page
+from irflow.engine.report.extract import Caps
+from irflow.engine.report.reprs import trace_view
+from irflow.engine.report.tracepage import trace_page
+from irflow.engine.stageview import StageView
+from irflow.engine.tracecheck import excerpt
 from irflow.engine.tracefile import FORMAT, FORMAT_VERSION, MAX_COLUMN_BYTES, MAX_STRING_ITEMSIZE, MAX_TRACE_BYTES, \
-    candidate_dicts, json_line, parse_trace_records, query_positions, read_trace_file, render
+    json_line, parse_trace_records, read_trace_file, render
 from irflow.engine.values import Summary, json_float, jsonable
 from irflow.errors import NotInTrace, TraceError
 from irflow.store.protocol import CorpusProtocol
-from irflow.util.fileio import atomic_writer
+from irflow.util.fileio import atomic_writer, write_atomic
 from irflow.util.table import render_table
 
 __all__ = ["Trace", "StageView", "Summary", "Diff", "Change", "diff", "TraceError", "NotInTrace", "jsonable",
@@ -57,13 +63,28 @@ def _irflow_version() -> str | None:
 
 
 class _Identity:
-    """Row -> (record id, artifact id, surface kind): through the corpus protocol for a live trace, from the
-    rows a dumped trace recorded for a loaded one."""
+    """Row -> (record id, artifact id, surface kind), and row -> text excerpt: through the corpus protocol for
+    a live trace, from the rows and excerpts a dumped trace recorded for a loaded one."""
 
     def __init__(self, corpus: CorpusProtocol | None = None,
-                 rows: Mapping[int, tuple[str, str, str]] | None = None) -> None:
+                 rows: Mapping[int, tuple[str, str, str]] | None = None,
+                 excerpts: Mapping[int, str] | None = None) -> None:
         self.corpus = corpus
         self.rows = dict(rows or {})
+        self.texts = dict(excerpts or {})
+
+    def excerpts(self, rows: np.ndarray) -> list[str | None]:
+        """The text excerpt of each row (None where a loaded trace has none: a file from before excerpts)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        corpus = self.corpus
+        if corpus is None:
+            texts = self.texts
+            return [texts.get(r) for r in rows.tolist()]
+        if not rows.size:
+            return []
+        unique, inverse = np.unique(rows, return_inverse=True)  # a record's text is read once
+        found = [excerpt(record.text) for record in corpus.records(unique)]
+        return [found[i] for i in inverse.tolist()]
 
     def __call__(self, rows: np.ndarray) -> tuple[list[Any], list[Any], list[Any]]:
         rows = np.asarray(rows, dtype=np.int64)
@@ -90,26 +111,36 @@ class Trace(TraceRecorder):
     A loaded trace has ``recipe`` and ``corpus`` None (``recipe_name`` and
     ``corpus_name`` say what they were); its events hold real Candidates
     rebuilt from the file, masks and hit lists as :class:`Summary`.
+    ``short`` holds the run's :class:`~irflow.engine.shortfall.Shortfall`
+    notes (queries that got fewer than ``k`` hits while more match), which
+    :meth:`table` prints under the heading of their query.
     """
 
     def __init__(self, recipe: Any = None, queries: QueryBatch | None = None, params: Mapping[str, Any] | None = None,
                  corpus: Any = None, *, rows: Mapping[int, tuple[str, str, str]] | None = None,
-                 header: Mapping[str, Any] | None = None, source: str | None = None) -> None:
+                 header: Mapping[str, Any] | None = None, source: str | None = None,
+                 excerpts: Mapping[int, str] | None = None) -> None:
         super().__init__(recipe, queries, params, corpus)
         header = dict(header or {})
         self.recipe_name: str | None = getattr(recipe, "name", None) or header.get("recipe")
         self.corpus_name: str | None = getattr(corpus, "name", None) if corpus is not None else header.get("corpus")
         self.n_rows: int | None = getattr(corpus, "n_rows", None) if corpus is not None else header.get("n_rows")
+        # what the corpus ranked with (a trace file of an earlier release does not say: None)
+        settings = getattr(corpus, "settings", None) if corpus is not None else None
+        self.embedder: str | None = settings.embedder if settings is not None else header.get("embedder")
+        self.analyzer: str | None = settings.analyzer if settings is not None else header.get("analyzer")
         self.header = header
         self.source = source
-        self._ident = _Identity(corpus, rows)
+        self._ident = _Identity(corpus, rows, excerpts)
         self._records: list[dict[str, Any]] | None = None
+        self._views: dict[int, tuple[StageEvent, StageView]] = {}  # by id(event): what a view learns is kept
 
     @classmethod
     def from_recorder(cls, recorder: TraceRecorder) -> "Trace":
         """Wrap the events a run recorded (shares them: nothing is copied or rendered yet)."""
         trace = cls(recorder.recipe, recorder.queries, recorder.params, recorder.corpus)
         trace.extend(recorder)
+        trace.short = recorder.short
         return trace
 
     # -- lookups ---------------------------------------------------------------
@@ -140,7 +171,14 @@ class Trace(TraceRecorder):
 
     def stage(self, name: str) -> "StageView":
         """A view of stage ``name``: its ranking per query, its table."""
-        return StageView(self, self.event(name))
+        return self.view(self.event(name))
+
+    def view(self, event: StageEvent) -> "StageView":
+        """The view of one of this trace's events (made once per event)."""
+        known = self._views.get(id(event))
+        if known is None or known[0] is not event:
+            known = self._views[id(event)] = (event, StageView(self, event))
+        return known[1]
 
     def check_query(self, query: int) -> int:
         """``query`` if it indexes an original query of the run (NotInTrace otherwise)."""
@@ -153,6 +191,11 @@ class Trace(TraceRecorder):
     def identify(self, rows: np.ndarray) -> tuple[list[Any], list[Any], list[Any]]:
         """Record ids, artifact ids and surface kinds of corpus ``rows``."""
         return self._ident(rows)
+
+    def excerpts(self, rows: np.ndarray) -> list[str | None]:
+        """The start of each row's text (:data:`~irflow.engine.tracecheck.EXCERPT_CHARS` characters at most),
+        from the corpus for a live trace and from the file for a loaded one (None: a file from before excerpts)."""
+        return self._ident.excerpts(rows)
 
     def find_rows(self, key: str) -> tuple[np.ndarray, bool]:
         """Rows of record id ``key``, else of artifact ``key``, among the trace's candidates; and whether
@@ -185,7 +228,14 @@ class Trace(TraceRecorder):
                 "params": jsonable(self.params),
                 "queries": list(self.queries.originals) if self.queries is not None else [],
                 "corpus": self.corpus_name, "n_rows": self.n_rows,
-                "irflow_version": _irflow_version(), "stages": list(self.stages)}
+                "embedder": self.embedder, "analyzer": self.analyzer,
+                "irflow_version": _irflow_version(), "stages": list(self.stages),
+                "short": [note.to_dict() for note in self.short], "excerpts": self._excerpts()}
+
+    def _excerpts(self) -> dict[str, str]:
+        """``{"<row>": excerpt}`` for every row among the trace's candidates: each record's text once per trace."""
+        rows = _trace_rows(self)
+        return {str(row): text for row, text in zip(rows.tolist(), self.excerpts(rows)) if text is not None}
 
     def _line(self, event: StageEvent, query: int) -> dict[str, Any]:
         output = render(event.output, query, self._ident)
@@ -242,8 +292,9 @@ class Trace(TraceRecorder):
         """
         parsed = parse_trace_records(records, source=source, line_numbers=line_numbers)
         trace = cls(None, QueryBatch(parsed.originals), parsed.header.get("params") or {}, None, rows=parsed.rows,
-                    header=parsed.header, source=source)
+                    header=parsed.header, source=source, excerpts=parsed.excerpts)
         trace.extend(parsed.events)
+        trace.short = parsed.short
         return trace
 
     # -- rendering ---------------------------------------------------------------
@@ -254,24 +305,32 @@ class Trace(TraceRecorder):
         With ``stage``, that stage only: its parameters, inputs and top ``limit`` candidates.
         """
         query = self.check_query(query)
-        head = (f"trace of recipe {self.recipe_name!r} on corpus {self.corpus_name!r} — query {query}: "
+        settings = "" if self.embedder is None else f" (embedder {self.embedder}, analyzer {self.analyzer})"
+        head = (f"trace of recipe {self.recipe_name!r} on corpus {self.corpus_name!r}{settings} — query {query}: "
                 f"{self.queries.originals[query] if self.queries is not None else ''!r}")
+        notes = [f"note: {note.message()}" for note in self.short if note.query_index == query]
+        if notes:
+            head = "\n".join([head, *notes])
         if stage is not None:
             return head + "\n\n" + self.stage(stage).table(query, limit)
         parts = [head, "", self.summary_table(query)]
         for event in self:
-            view = StageView(self, event)
+            view = self.view(event)
             if view.has_candidates:
                 parts.extend(["", view.table(query, limit, params=False)])
         return "\n".join(parts)
 
     def summary_table(self, query: int = 0) -> str:
-        """One row per stage: stage, kind, status, in -> out counts, scale, elapsed ms."""
+        """One row per stage: stage, kind, status, in -> out counts, scale, elapsed ms.
+
+        The status is ``passed`` for a stage that returned an input unchanged
+        and ``inactive`` for one switched off (see :class:`StageView`).
+        """
         query = self.check_query(query)
         rows = []
         for event in self:
-            view = StageView(self, event)
-            rows.append([event.name, event.kind, event.status, view.in_counts(query), view.out_count(query),
+            view = self.view(event)
+            rows.append([event.name, event.kind, view.state, view.in_counts(query), view.out_count(query),
                          view.scale or None, f"{float(event.elapsed_ms):.2f}"])
         return render_table(["stage", "kind", "status", "in", "out", "scale", "ms"], rows, right=("in", "out", "ms"))
 
@@ -283,114 +342,43 @@ class Trace(TraceRecorder):
         """Why record (or artifact) ``record`` ranks where it does, stage by stage, from this trace alone."""
         return explain_trace(self, record, query=query)
 
+    def to_html(self, path: str | os.PathLike[str] | None = None, *, queries: Sequence[int] | range | None = None,
+                top: int = 50, paths: int = 10) -> str:
+        """This trace as one self-contained HTML page (returned; written atomically to ``path`` when given).
+
+        The page shows the DAG, every stage's counts, scale and time, its
+        top ``top`` candidates per query and a histogram of its scores, how the
+        final hits moved across stages and the path of each query's top
+        ``paths`` hits.  It holds ``queries`` (original query indexes; default
+        the first 100), a picker switching between them.  Inline CSS, script and
+        SVG; nothing is fetched; readable with JavaScript off.
+        """
+        html = trace_page(self, queries=queries, caps=Caps(top=top, paths=paths))
+        if path is not None:
+            write_atomic(path, html, "report")
+        return html
+
+    def diff_html(self, other: "Trace", path: str | os.PathLike[str] | None = None, *, stage: str | None = None,
+                  queries: Sequence[int] | range | None = None, top: int = 50) -> str:
+        """What changed at ``stage`` from this trace to ``other``, query by query, as one HTML page.
+
+        ``stage`` defaults to the result's stage; per query, the records that
+        entered, left, moved or were rescored (``top`` a section at most), as
+        ``irflow trace diff`` says them.  Returned; written atomically to ``path`` when given.
+        """
+        html = diff_page(self, other, stage=stage, queries=queries, caps=Caps(top=top))
+        if path is not None:
+            write_atomic(path, html, "report")
+        return html
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: the DAG, the stage summary, how the final hits moved, the final candidates."""
+        return trace_view(self)
+
     def __repr__(self) -> str:
         where = f", source={self.source!r}" if self.source else ""
         return (f"Trace(recipe={self.recipe_name!r}, corpus={self.corpus_name!r}, queries={self.n_queries}, "
                 f"stages={list(self.stages)}{where})")
-
-
-def _own_columns(name: str, columns: Iterable[str]) -> list[str]:
-    """The provenance columns stage ``name`` wrote, minus the copies of its score and rank."""
-    prefix = f"{name}."
-    return [c for c in columns if c.startswith(prefix) and c not in (f"{name}.score", f"{name}.rank")]
-
-
-class StageView:
-    """One stage of a trace: its output ranking per query, counts and table."""
-
-    def __init__(self, trace: Trace, event: StageEvent) -> None:
-        self.trace = trace
-        self.event = event
-
-    @property
-    def name(self) -> str:
-        return self.event.name
-
-    @property
-    def label(self) -> str:
-        """``<trace>:<stage>``, how a diff names its sides."""
-        return f"{self.trace.label}:{self.name}"
-
-    @property
-    def output(self) -> Any:
-        return self.event.output
-
-    @property
-    def has_candidates(self) -> bool:
-        return isinstance(self.event.output, Candidates)
-
-    @property
-    def scale(self) -> str | None:
-        output = self.event.output
-        return output.scale.value if isinstance(output, Candidates) and output.active else None
-
-    def ranking(self, query: int = 0) -> list[dict[str, Any]]:
-        """The stage's candidates for original ``query``, best first, as dumped (record id, scores, provenance)."""
-        query = self.trace.check_query(query)
-        output = self.event.output
-        if not isinstance(output, Candidates):
-            raise TraceError(f"stage {self.name!r} ({self.event.kind}) outputs "
-                             f"{render(output, query, self.trace._ident)['type']}, not candidates; "
-                             f"stages with candidates: {', '.join(_candidate_stages(self.trace)) or '(none)'}")
-        return candidate_dicts(output, query_positions(output, query), self.trace._ident)
-
-    def out_count(self, query: int) -> str:
-        value = _render_count(self.event.output, query)
-        return "off" if self.event.status == "inactive" else value
-
-    def in_counts(self, query: int) -> str:
-        counts = [_render_count(value, query) for name, value in self.event.inputs.items()
-                  if not isinstance(value, QueryBatch) and not (isinstance(value, Summary) and value.type == "queries")]
-        return " + ".join(counts) if counts else "-"
-
-    def table(self, query: int = 0, limit: int = 10, *, params: bool = True) -> str:
-        """This stage's heading (kind, scale, counts, ms, parameters) and top ``limit`` candidates for ``query``."""
-        event = self.event
-        query = self.trace.check_query(query)
-        head = (f"== {event.name} ({event.kind}) · {event.status} · scale {self.scale or '-'} · "
-                f"in {self.in_counts(query)} -> out {self.out_count(query)} · {float(event.elapsed_ms):.2f} ms")
-        lines = [head]
-        if params and event.params:
-            lines.append("params: " + ", ".join(f"{k}={json.dumps(jsonable(v), ensure_ascii=False)}"
-                                                for k, v in event.params.items()))
-        if not self.has_candidates:
-            return "\n".join(lines)
-        ranking = self.ranking(query)
-        if not ranking:
-            lines.append("(no candidates)")
-            return "\n".join(lines)
-        extra = _own_columns(event.name, self.event.output.provenance)
-        headers = ["rank", "score", "artifact", "surface", "record_id"] + [c[len(event.name) + 1:] for c in extra]
-        rows = [[c["rank"], c["score"], c["artifact_id"], c["surface_kind"], c["record_id"]]
-                + [c["provenance"][col] for col in extra] for c in ranking[:limit]]
-        lines.append(render_table(headers, rows, max_width=32))
-        if len(ranking) > limit:
-            lines.append(f"... {len(ranking) - limit} more")
-        return "\n".join(lines)
-
-    def __repr__(self) -> str:
-        return f"StageView({self.label!r}, kind={self.event.kind!r}, status={self.event.status!r})"
-
-
-def _candidate_stages(trace: Trace) -> list[str]:
-    return [e.name for e in trace if isinstance(e.output, Candidates)]
-
-
-def _render_count(value: Any, query: int) -> str:
-    if isinstance(value, Candidates):
-        return "off" if not value.active else str(int(np.count_nonzero(value.origin_index == query)))
-    if isinstance(value, np.ndarray) and value.dtype == np.bool_:
-        return f"{int(np.count_nonzero(value))} rows"
-    if isinstance(value, Summary):
-        count = value.of_query(query).get("count")
-        return f"{count} rows" if value.type == "mask" else str(count if count is not None else "?")
-    if value is INACTIVE:
-        return "off"
-    if isinstance(value, QueryBatch):
-        return f"{int(np.count_nonzero(value.origin == query))} texts"
-    if isinstance(value, list) and query < len(value):
-        return str(len(value[query]))
-    return "?"
 
 
 def diff(a: "StageView | Trace", b: "StageView | Trace", *, stage: str | None = None, query: int = 0) -> Diff:

@@ -18,7 +18,12 @@ present in the line it renders to:
   line);
 - one corpus row is one record: every candidate naming a row gives it the
   same record id, artifact id and surface kind (the identity is rendered
-  with every candidate of that row).
+  with every candidate of that row);
+- the header's ``excerpts`` (a row's text, cut to :data:`EXCERPT_CHARS`, kept
+  once per row and shown beside each of its candidates) name rows that are
+  among the candidates, and none is longer than :data:`EXCERPT_CHARS`: what
+  is shown per candidate stays a small multiple of what the file says per
+  candidate.
 
 ``Trace.dump`` writes files that hold all of this.
 """
@@ -35,11 +40,14 @@ from irflow.engine.validators import is_finite
 from irflow.errors import TraceError
 from irflow.util.fileio import check_nesting, shown
 
-__all__ = ["MAX_STRING_ITEMSIZE", "column_dtype", "check_header", "check_stage_line", "check_same_as_first",
-           "check_identity", "all_candidates"]
+__all__ = ["MAX_STRING_ITEMSIZE", "EXCERPT_CHARS", "excerpt", "column_dtype", "check_header", "check_stage_line",
+           "check_same_as_first", "check_identity", "check_excerpts", "all_candidates"]
 
 #: The widest fixed-width string provenance column a trace file may declare (``"<U1024"``, ``"|S1024"``).
 MAX_STRING_ITEMSIZE = 1024
+#: The longest text excerpt a trace keeps of a record (its text with runs of white space as one space, cut
+#: with an ellipsis): what a table shows beside a record id.
+EXCERPT_CHARS = 160
 #: Rows, ranks and query indexes read from a trace are below this (numpy int64 holds them).
 _MAX_INDEX = 1 << 62
 
@@ -59,6 +67,21 @@ def column_dtype(dtype: Any, name: str) -> np.dtype:
                          f"limit of {MAX_STRING_ITEMSIZE}")
     checked: np.dtype[Any] = np.dtype(dtype)
     return checked
+
+
+def excerpt(text: Any) -> str | None:
+    """The first :data:`EXCERPT_CHARS` characters of a record's text, white space runs as one space (None: no text).
+
+    >>> excerpt("Unpack  any\\narchive."), len(excerpt("x" * 500))
+    ('Unpack any archive.', 160)
+    """
+    if not isinstance(text, str):
+        return None
+    # split() on the first few hundred characters only: a long text costs no more than a short one
+    short = " ".join(text[: EXCERPT_CHARS * 4].split())
+    if len(short) <= EXCERPT_CHARS and len(text) <= EXCERPT_CHARS * 4:
+        return short
+    return short[: EXCERPT_CHARS - 1].rstrip() + "…"
 
 
 def _is_int(value: Any, low: int = 0, high: int = _MAX_INDEX) -> bool:
@@ -90,7 +113,7 @@ def check_header(header: Mapping[str, Any], where: str) -> None:
               "queries", queries, "a list of query strings")
         _need(header.get("params") is None or isinstance(header.get("params"), Mapping), "params",
               header.get("params"), "an object")
-        for key in ("recipe", "corpus", "recipe_source"):
+        for key in ("recipe", "corpus", "recipe_source", "embedder", "analyzer"):
             _need(_is_text(header.get(key)), key, header.get(key), "a string or null")
         _need(header.get("n_rows") is None or _is_int(header.get("n_rows")), "n_rows", header.get("n_rows"),
               "a row count or null")
@@ -231,6 +254,27 @@ def check_identity(line: Mapping[str, Any], rows: dict[int, tuple[Any, Any, Any]
             raise TraceError(f"field '{field}[{i}]' gives row {candidate['row']} the record, artifact and surface "
                              f"{shown(identity)}, but an earlier candidate gave it {shown(known)}; a row is one "
                              "record")
+
+
+def check_excerpts(value: Any, rows: Mapping[int, Any]) -> dict[int, str]:
+    """The header's ``excerpts`` (``{"<row>": text}``) as ``{row: text}``; TraceError naming the entry at fault.
+
+    Each key is a row among the trace's candidates (``rows``), each text at
+    most :data:`EXCERPT_CHARS` characters: a row's excerpt is shown beside each
+    of its candidates, so it may not be longer than what a candidate costs
+    the file.  A file without excerpts (written before they existed) gives ``{}``.
+    """
+    if value is None:
+        return {}
+    _need(isinstance(value, Mapping), "excerpts", value, 'an object {"<row>": text}')
+    out: dict[int, str] = {}
+    for key, text in value.items():
+        row = int(key) if isinstance(key, str) and key.isascii() and key.isdigit() and len(key) < 19 else -1
+        _need(row in rows, f"excerpts[{shown(key)}]", key, "the row of a candidate in this trace")
+        _need(isinstance(text, str) and len(text) <= EXCERPT_CHARS, f"excerpts[{key}]", text,
+              f"a text of at most {EXCERPT_CHARS} characters")
+        out[row] = text
+    return out
 
 
 #: What each line of a stage repeats (Trace.dump writes the stage's value on each): a loaded trace keeps

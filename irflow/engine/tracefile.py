@@ -12,13 +12,28 @@ JSON Lines schema (``Trace.dump``; ``format_version`` 1).  Line 1 is the header:
     {"type": "header", "format": "irflow-trace", "format_version": 1,
      "recipe": "hybrid", "recipe_source": "recipes/hybrid.toml", "recipe_dict": {...},
      "params": {...resolved recipe parameters...}, "queries": ["q0", "q1"],
-     "corpus": "name" | null, "n_rows": 40 | null, "irflow_version": "0.1.0",
-     "stages": ["candidates", "dense", ...]}
+     "corpus": "name" | null, "n_rows": 40 | null,
+     "embedder": "onnx:all-MiniLM-L6-v2" | "none" | null, "analyzer": "english" | null,
+     "irflow_version": "0.2.0",
+     "stages": ["candidates", "dense", ...],
+     "short": [{"query_index": 0, "query": "q0", "got": 4, "k": 5, "per_artifact": true,
+                "fetch_k": 50, "needed": 73, "gives": 5, "reason": "depth", "message": "..."}],
+     "excerpts": {"<row>": "the record's text, cut to 160 characters", ...}}
+
+(``short``: the queries that got fewer than ``k`` hits while more may match,
+:class:`~irflow.engine.shortfall.Shortfall`; absent in older files.)
+``excerpts`` holds once per record (by corpus row) the start of its text, which
+tables show beside the record id; a file written before excerpts existed has
+none and loads the same (its tables show the ids alone).
+
+``embedder`` and ``analyzer`` name what the corpus ranked with (its
+:class:`~irflow.store.protocol.CorpusSettings`); files written before they
+existed load with both None.
 
 then one line per (stage, original query), stages in execution order::
 
     {"type": "stage", "stage": "fuse", "kind": "fuse", "query": "q0", "query_index": 0,
-     "status": "ran" | "cached" | "override" | "inactive",
+     "status": "ran" | "passed" | "cached" | "override" | "inactive",   # passed: an input unchanged
      "elapsed_ms": 0.4,                  # the stage's time for the whole batch (it runs once)
      "params": {...},                    # JSON-safe: callables as "<module.name>", numpy as lists
      "ports": {"inputs": ["dense", "lexical"]},
@@ -50,11 +65,12 @@ import numpy as np
 
 from irflow.engine.batches import Candidates, QueryBatch
 from irflow.engine.events import INACTIVE, StageEvent
-from irflow.engine.tracecheck import MAX_STRING_ITEMSIZE, check_header, check_identity, check_same_as_first, \
-    check_stage_line, column_dtype
+from irflow.engine.tracecheck import MAX_STRING_ITEMSIZE, check_excerpts, check_header, check_identity, \
+    check_same_as_first, check_stage_line, column_dtype
+from irflow.engine.shortfall import Shortfall
 from irflow.engine.values import Summary, json_float, jsonable
 from irflow.errors import TraceError, TraceFileNotFound
-from irflow.util.fileio import MAX_NESTING, decode_utf8, open_regular, read_lines, too_many_digits
+from irflow.util.fileio import MAX_NESTING, decode_utf8, open_regular, read_lines, shown, too_many_digits
 from irflow.util.unicode import json_text
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "MAX_TRACE_BYTES", "MAX_STRING_ITEMSIZE", "MAX_COLUMN_BYTES", "render",
@@ -234,12 +250,15 @@ def read_trace_file(path: str | os.PathLike[str], *, max_bytes: int = MAX_TRACE_
 
 @attrs.frozen
 class ParsedTrace:
-    """What a trace's records hold: the header, the original queries, each row's identity, the stage events."""
+    """What a trace's records hold: the header, the original queries, each row's identity, the stage events,
+    and the rows' text excerpts (none in a file written before they existed)."""
 
     header: dict[str, Any]
     originals: tuple[str, ...]
     rows: dict[int, tuple[str, str, str]]
     events: list[StageEvent]
+    short: tuple[Shortfall, ...] = ()
+    excerpts: dict[int, str] = attrs.field(factory=dict)
 
 
 def parse_trace_records(records: Iterable[Mapping[str, Any]], *, source: str = "<records>",
@@ -263,6 +282,7 @@ def parse_trace_records(records: Iterable[Mapping[str, Any]], *, source: str = "
                          f"{FORMAT_VERSION} (re-run with --trace to write a new one)")
     check_header(header, f"{source}:{numbers[0]}")
     originals = tuple(header.get("queries") or ())
+    short = _shortfalls(header.get("short"), len(originals), f"{source}:{numbers[0]}")
     by_stage: dict[str, list[tuple[int, Mapping[str, Any]]]] = {}
     rows: dict[int, tuple[str, str, str]] = {}
     events: list[StageEvent] = []
@@ -293,7 +313,34 @@ def parse_trace_records(records: Iterable[Mapping[str, Any]], *, source: str = "
     except (KeyError, TypeError, ValueError, IndexError, OverflowError) as error:
         raise TraceError(f"{where}: a stage line is malformed ({type(error).__name__}: {error}); "
                          "the file was not written by Trace.dump, or was edited") from None
-    return ParsedTrace(header, originals, rows, events)
+    try:
+        excerpts = check_excerpts(header.get("excerpts"), rows)
+    except TraceError as error:
+        raise TraceError(f"{source}:{numbers[0]}: the header is malformed: {error}; the file was not written by "
+                         "Trace.dump, or was edited") from None
+    return ParsedTrace(header, originals, rows, events, short, excerpts)
+
+
+def _shortfalls(entries: Any, n_queries: int, where: str) -> tuple[Shortfall, ...]:
+    """The header's ``short`` entries (absent: none), each checked; TraceError naming a bad one."""
+    if entries is None:
+        return ()
+    if not isinstance(entries, list) or len(entries) > n_queries:
+        raise TraceError(f"{where}: the header is malformed: field 'short' is {shown(entries)}, expected a list "
+                         f"of at most one entry per query ({n_queries})")
+    out = []
+    for i, entry in enumerate(entries):
+        try:
+            if not isinstance(entry, Mapping):
+                raise TypeError(f"expected an object, got {shown(entry)}")
+            note = Shortfall.from_dict(entry)
+            if note.query_index >= n_queries:
+                raise ValueError(f"query_index {note.query_index} is not one of the {n_queries} queries")
+        except (TypeError, ValueError) as error:
+            raise TraceError(f"{where}: the header is malformed: short[{i}]: {error}; the file was not written "
+                             "by Trace.dump, or was edited") from None
+        out.append(note)
+    return tuple(out)
 
 
 def event_from_lines(name: str, lines: Sequence[Mapping[str, Any]], originals: tuple[str, ...]) -> StageEvent:

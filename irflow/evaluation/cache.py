@@ -41,7 +41,7 @@ from irflow.util.cachekey import UnkeyableError, stable_digest
 from irflow.util.corpusmarks import CORPUS, refuse_inside_corpus
 from irflow.store.corpus import Corpus, build, open_corpus
 from irflow.evaluation.datasets import Collection
-from irflow.kernels.embedders import Embedder, resolve_embedder
+from irflow.kernels.embedders import AUTO, Embedder, resolve_embedder
 from irflow.errors import CorpusError
 from irflow.store.paths import irflow_home
 from irflow.store.persist import FORMAT_VERSION
@@ -68,11 +68,12 @@ class CorpusSource:
     """Where an evaluation's corpus came from.
 
     ``status`` is ``"built"`` (built now and cached), ``"cached"`` (reopened
-    from the cache, nothing rebuilt) or ``"memory"`` (built in memory: cache
-    disabled or a callable embedder).
+    from the cache, nothing rebuilt), ``"memory"`` (built in memory: cache
+    disabled or a callable embedder) or ``"opened"`` (a corpus built before,
+    given to the evaluation: ``irflow eval --corpus``).
     """
 
-    status: Literal["built", "cached", "memory"]
+    status: Literal["built", "cached", "memory", "opened"]
     path: Path | None = None
     key: str | None = None
 
@@ -125,7 +126,7 @@ def corpus_key(collection: Collection, *, embedder: Embedder | None, analyzer: A
 def corpus_for(
     collection: Collection,
     *,
-    embedder: Any = "hash",
+    embedder: Any = AUTO,
     analyzer: Analyzer | str | None = None,
     title_mode: str = "prepend",
     batch_size: int = 256,
@@ -135,7 +136,8 @@ def corpus_for(
 ) -> tuple[Corpus, CorpusSource]:
     """The corpus of ``collection``'s documents, from the cache when an entry exists.
 
-    ``embedder`` is a spec (``"hash"``, ``"st:all-MiniLM-L6-v2"``), None for
+    ``embedder`` is ``"auto"`` (the model when installed, else ``"hash"``:
+    :func:`irflow.kernels.embedders.default_embedder`), a spec (``"hash"``, ``"st:all-MiniLM-L6-v2"``), None for
     a lexical-only corpus, or a callable (built in memory, not cached, with a
     warning).  A cache entry that cannot be opened (an interrupted write, an
     older format) is rebuilt in place.
@@ -160,7 +162,9 @@ def corpus_for(
     if path.exists():
         try:
             # an st model loads on the first dense query only, so lexical-only runs never load it
-            return open_corpus(path, embedder=the_embedder), CorpusSource("cached", path, key)
+            cached = open_corpus(path, embedder=the_embedder)
+            log.info("the corpus of %s is cached: %s", collection.name, path)
+            return cached, CorpusSource("cached", path, key)
         except CorpusError as error:  # an interrupted or foreign entry: rebuild rather than fail
             log.warning("the cached corpus %s cannot be opened (%s); rebuilding it", path, error)
     refuse_inside_corpus(path, "evaluation corpus", replacing=CORPUS)  # before its folders are made

@@ -20,11 +20,12 @@ Example::
 
 from __future__ import annotations
 
+import decimal
 import hashlib
 import json
 import logging
-import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Literal, Mapping
 
@@ -44,6 +45,8 @@ __all__ = [
     "TITLE_MODES",
     "load_beir",
     "read_beir_qrels",
+    "read_beir_queries_file",
+    "read_beir_qrels_file",
     "file_digest",
     "check_title_mode",
     "document_records",
@@ -325,6 +328,11 @@ def _read_corpus(path: Path) -> tuple[dict[str, Document], FileStamp]:
     return documents, lines.stamp()
 
 
+def read_beir_queries_file(path: str | os.PathLike[str]) -> tuple[dict[str, str], FileStamp]:
+    """Queries from a BEIR ``queries.jsonl`` (``_id``, ``text``), and what was read (its stamp)."""
+    return _read_queries(Path(path))
+
+
 def _read_queries(path: Path) -> tuple[dict[str, str], FileStamp]:
     lines = HashingLines(path)
     queries: dict[str, str] = {}
@@ -341,15 +349,33 @@ def _read_queries(path: Path) -> tuple[dict[str, str], FileStamp]:
     return queries, lines.stamp()
 
 
+#: Relevance grades are integers of this range (trec_eval and pytrec_eval read them as a C ``long``).
+GRADE_MIN, GRADE_MAX = -(2**63), 2**63 - 1
+# a plain decimal number: digits, an optional fraction and exponent (no "nan", "inf", "0x1", "1_000")
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
 def parse_grade(path: Path, number: int, text: str) -> int:
-    """An integer grade; ``"1.0"`` is accepted (some converters write floats), ``"0.5"`` is not."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value != int(value):
-        raise DatasetError(f"{where(path, number)}: relevance grade {shown(text)} is not an integer")
-    return int(value)
+    """An integer grade, read exactly; ``"1.0"`` and ``"2e0"`` are accepted (some converters write floats).
+
+    ``"0.5"``, ``"nan"``, ``"inf"`` and ``"true"`` are refused, and so is a
+    grade beyond :data:`GRADE_MAX` (``10**30`` would end in an overflow deep
+    in the metrics); the text is read as a decimal, not a float, so no digit
+    of a large grade is rounded away.
+    """
+    value = None
+    if _NUMBER.fullmatch(text):
+        exact = decimal.Decimal(text)
+        # compared before int(): "1e999999999" must not become a billion-digit integer
+        if exact == exact.to_integral_value() and GRADE_MIN <= exact <= GRADE_MAX:
+            value = int(exact)
+        elif exact == exact.to_integral_value():
+            raise DatasetError(f"{where(path, number)}: relevance grade {shown(text)} is out of range; a grade is an "
+                               f"integer from {GRADE_MIN} to {GRADE_MAX} (usually 0, 1, 2 or 3)")
+    if value is None:
+        raise DatasetError(f"{where(path, number)}: relevance grade {shown(text)} is not an integer; write whole "
+                           "numbers such as 0, 1, 2")
+    return value
 
 
 def add_judgement(
@@ -387,6 +413,12 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def read_beir_qrels_file(path: str | os.PathLike[str]
+                         ) -> tuple[dict[str, dict[str, int]], dict[tuple[str, str], int], FileStamp]:
+    """A BEIR qrels file's judgements, the line of each, and what was read (its stamp)."""
+    return _read_beir_qrels(Path(path))
 
 
 def read_beir_qrels(path: str | os.PathLike[str]) -> dict[str, dict[str, int]]:

@@ -34,7 +34,11 @@ Runs.  A run maps query id -> document id -> score, the document id being
 the record's artifact id (the BEIR document id); when an artifact appears
 several times in a ranking (surfaces not collapsed) its best-ranked entry
 counts.  Metrics re-rank by score as trec_eval does (ties by document id),
-so they see exactly what the exported TREC run files show.
+so they see exactly what the exported TREC run files show.  Each batch's
+rankings are measured as soon as they are made; the runs themselves are
+kept, as columns of 12 bytes per entry, only when asked (``keep_runs``,
+``irflow eval --runs``), so the memory of an evaluation follows what its
+outputs need (see :mod:`irflow.evaluation.runs`).
 
 >>> ev = evaluate(["lexical", "hybrid"], "../shared/data/scifact")   # doctest: +SKIP
 >>> print(ev.table())                                                 # doctest: +SKIP
@@ -43,24 +47,30 @@ so they see exactly what the exported TREC run files show.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
-import time
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 
-from irflow.engine.batches import Candidates
 from irflow.engine.executor import StageCache
-from irflow.evaluation.cache import corpus_for
-from irflow.evaluation.datasets import Collection, DatasetError, load_beir
+from irflow.evaluation.datasets import Collection, DatasetError
 from irflow.evaluation.metrics import EvaluationError, Metric, Qrels, Run, parse_metrics, per_query
 from irflow.evaluation.on_ray import evaluate_batches_on_ray
 from irflow.evaluation.plans import Plan
 from irflow.evaluation.plans import plan as plan_systems
 from irflow.evaluation.results import Comparisons, Evaluation, SystemResult
+from irflow.evaluation.runs import LARGE_RUNS_BYTES, BatchOutcome, BatchScorer, ColumnarRun, DocIds, RankedBatch, \
+    RunProfile, profile_of, run_batch, run_bytes
+from irflow.evaluation.source import evaluation_corpus, load_dataset
+from irflow.kernels.embedders import AUTO
 from irflow.shard.ray_backend import connect as connect_to_ray
+from irflow.util.progress import bar
 from irflow.util.unicode import check_text
 
 __all__ = [
@@ -101,41 +111,6 @@ def ranking_depth(metrics: Iterable[Metric], depth: int | None = None) -> int:
     return depth
 
 
-class _RunBuilder:
-    """Turns recipe outputs into runs: artifact ids, best-ranked occurrence per (query, document)."""
-
-    def __init__(self, corpus: Any) -> None:
-        self.ids = np.asarray(corpus.artifact_ids, dtype=object)
-        # integer codes per artifact, so duplicates are found with numpy instead of per-candidate dict probes
-        self.names, self.codes = np.unique(self.ids.astype(str), return_inverse=True)
-
-    def add(self, result: Any, qids: Sequence[str], run: dict[str, dict[str, float]]) -> None:
-        output = result.output()
-        if not isinstance(output, Candidates):  # a Hits output: already SearchHits per query
-            for qid, hits in zip(qids, result.hits):
-                scores = run.setdefault(qid, {})
-                for hit in hits:
-                    scores.setdefault(hit.artifact_id, float(hit.score))
-            return
-        for qid in qids:
-            run.setdefault(qid, {})
-        if not len(output):
-            return
-        origin = output.origin_index.astype(np.int64)
-        code = self.codes[output.row]
-        # candidates are grouped by query and ranked: the first occurrence of a key is its best rank
-        _, first = np.unique(origin * len(self.names) + code, return_index=True)
-        keep = np.sort(first)
-        keep = keep[np.argsort(origin[keep], kind="stable")]
-        q_of = origin[keep]
-        bounds = np.searchsorted(q_of, np.arange(len(qids) + 1))
-        doc_ids = self.names[code[keep]].tolist()
-        scores = output.score[keep].tolist()
-        for i, qid in enumerate(qids):
-            lo, hi = int(bounds[i]), int(bounds[i + 1])
-            run[qid].update(zip(doc_ids[lo:hi], scores[lo:hi]))
-
-
 def _batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
@@ -153,6 +128,8 @@ def holdout_split(query_ids: Iterable[str], *, seed: int = 0, fraction: float = 
     (['q1', 'q3'], ['q2', 'q4'])
     """
     ids = list(dict.fromkeys(query_ids))
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise EvaluationError(f"seed must be a non-negative integer, got {seed!r}")
     if not 0.0 < fraction < 1.0:
         raise EvaluationError(f"fraction must lie strictly between 0 and 1, got {fraction!r}")
     order = np.random.default_rng(seed).permutation(len(ids))
@@ -179,72 +156,130 @@ def _select_queries(collection: Collection, queries: Iterable[str] | None) -> di
     return chosen
 
 
-def _system(label: str, recipe: str, params: Mapping[str, Any], run: dict[str, dict[str, float]], qrels: Qrels,
-            metrics: tuple[Metric, ...], seconds: float) -> SystemResult:
-    # missing="zero": a judged query without results scores 0, so systems stay paired query by query
-    table = per_query(run, qrels, metrics, missing="zero")
-    means = {name: math.fsum(values.values()) / len(values) for name, values in table.items()}
-    return SystemResult(label, recipe, dict(params), means, table, run, seconds)
+def _system(label: str, recipe: str, params: Mapping[str, Any], qids: Sequence[str], metrics: tuple[Metric, ...],
+            values: np.ndarray, run: Run | None, seconds: float, profile: RunProfile | None = None) -> SystemResult:
+    """A SystemResult from the per-query values (queries x metrics, in ``qids`` order)."""
+    table = {str(m): dict(zip(qids, values[:, j].tolist())) for j, m in enumerate(metrics)}
+    means = {name: math.fsum(column.values()) / len(column) for name, column in table.items()}
+    return SystemResult(label, recipe, dict(params), means, table, run, seconds, profile)
 
 
-def _run_plans(plans: Sequence[Plan], corpus: Any, queries: Mapping[str, str], *, batch_size: int,
-               stage_cache: StageCache, progress: str | None) -> tuple[list[dict[str, dict[str, float]]], list[float]]:
-    """Each plan's run over ``queries`` (id -> text) and its seconds; ``progress``: a bar's title, or None.
+class _Measured:
+    """What one system's runs leave: per batch its per-query values, its rankings when kept, its profile; seconds."""
 
-    Batch-major: every system on one batch before the next, so the stage cache holds one batch's outputs.
+    def __init__(self) -> None:
+        self.values: list[np.ndarray] = []
+        self.ranked: list[RankedBatch] = []
+        self.outcomes: list[BatchOutcome] = []
+        self.seconds = 0.0
+
+    def add(self, outcome: BatchOutcome) -> None:
+        self.values.append(outcome.values)
+        if outcome.ranked is not None:
+            self.ranked.append(outcome.ranked)
+        # the rest of the outcome is a digest and a depth per query: kept without its rankings
+        self.outcomes.append(attrs.evolve(outcome, ranked=None, values=outcome.values[:0]))
+        self.seconds += outcome.seconds
+
+    def table(self, n_metrics: int) -> np.ndarray:
+        return np.concatenate(self.values) if self.values else np.zeros((0, n_metrics))
+
+
+def _fusion_named(plan: Plan, profile: RunProfile) -> RunProfile:
+    """``profile`` with a "mixed" scale named by the fusion the system runs.
+
+    A batch is "mixed" when a fusion passed one channel through for some
+    queries (BM25 found nothing for them): the system still ranks by its
+    fusion, which is what the table should name.
     """
-    builder = _RunBuilder(corpus)
-    runs: list[dict[str, dict[str, float]]] = [{} for _ in plans]
-    seconds = [0.0] * len(plans)
-    bar = None
-    if progress is not None:
-        from tqdm.auto import tqdm  # lazily: only when asked, a bar is for interactive use
+    parts = (profile.scale or "").split("+")
+    if "mixed" not in parts:
+        return profile
+    fusion = plan.recipe.fusion(plan.params)
+    values = plan.recipe.resolve_params(plan.params)
+    if fusion is None or any(values.get(key) not in allowed for key, allowed in fusion["when"].items()):
+        return profile
+    named = list(dict.fromkeys(fusion["method"] if part == "mixed" else part for part in parts))
+    return attrs.evolve(profile, scale="+".join(named))
 
-        bar = tqdm(total=len(queries) * len(plans), desc=progress, unit="query")
+
+def _progress(title: str | None, total: int) -> Any:
+    """The progress of the query batches (a bar on a terminal, a line every few seconds in a log), or None."""
+    return None if title is None else bar(True, title, total=total, unit="query")
+
+
+def _measure_plans(plans: Sequence[Plan], corpus: Any, queries: Mapping[str, str], qrels: Qrels,
+                   scorer: BatchScorer, *, batch_size: int, stage_cache: StageCache, keep_runs: bool,
+                   progress: str | None) -> list[_Measured]:
+    """Each plan run over ``queries`` (id -> text) and measured batch by batch; ``progress``: a bar's title, or None.
+
+    Batch-major: every system on one batch before the next, so the stage cache holds one batch's outputs;
+    a batch's rankings are dropped once measured unless ``keep_runs``.
+    """
+    measured = [_Measured() for _ in plans]
+    bar = _progress(progress, len(queries) * len(plans))
     try:
         for batch in _batches(list(queries), batch_size):
             texts = [queries[q] for q in batch]
-            for i, plan in enumerate(plans):
-                start = time.perf_counter()
-                result = plan.recipe.run(corpus, texts, cache=stage_cache, **plan.params)
-                builder.add(result, batch, runs[i])
-                seconds[i] += time.perf_counter() - start
-                if bar is not None:
-                    bar.update(len(batch))
+            done = run_batch(plans, corpus, texts, batch, [qrels[q] for q in batch], scorer, stage_cache,
+                             keep_runs)
+            for into, outcome in zip(measured, done):
+                into.add(outcome)
+            if bar is not None:
+                bar.update(len(batch) * len(plans))
     finally:
         if bar is not None:
             bar.close()
-    return runs, seconds
+    return measured
 
 
-def _run_plans_on_ray(address: str, plans: Sequence[Plan], source: Any, embedder: Any, queries: Mapping[str, str],
-                      *, batch_size: int, cache_size: int | None, plugins: Sequence[str],
-                      progress: str | None) -> tuple[list[dict[str, dict[str, float]]], list[float]]:
-    """:func:`_run_plans` with the same batches mapped over Ray actors, gathered back in query order."""
-    batches = [([queries[q] for q in batch], list(batch)) for batch in _batches(list(queries), batch_size)]
-    runs: list[dict[str, dict[str, float]]] = [{} for _ in plans]
-    seconds = [0.0] * len(plans)
-    bar = None
-    if progress is not None:
-        from tqdm.auto import tqdm  # lazily: only when asked, a bar is for interactive use
-
-        bar = tqdm(total=len(queries) * len(plans), desc=progress, unit="query")
+def _measure_plans_on_ray(address: str, plans: Sequence[Plan], source: Any, embedder: Any,
+                          queries: Mapping[str, str], qrels: Qrels, metrics: tuple[Metric, ...], *, batch_size: int,
+                          cache_size: int | None, keep_runs: bool, plugins: Sequence[str],
+                          progress: str | None) -> list[_Measured]:
+    """:func:`_measure_plans` with the same batches mapped over Ray actors, gathered back in query order."""
+    batches = [([queries[q] for q in batch], list(batch), [dict(qrels[q]) for q in batch])
+               for batch in _batches(list(queries), batch_size)]
+    bar = _progress(progress, len(queries) * len(plans))
 
     def advance(n_queries: int) -> None:
         if bar is not None:
             bar.update(n_queries * len(plans))
 
     try:
-        done = evaluate_batches_on_ray(address, source, embedder, plans, batches, _RunBuilder, plugins=plugins,
-                                       cache_size=cache_size, on_batch=advance)
+        done = evaluate_batches_on_ray(address, source, embedder, plans, batches, metrics, keep_runs=keep_runs,
+                                       plugins=plugins, cache_size=cache_size, on_batch=advance)
     finally:
         if bar is not None:
             bar.close()
+    measured = [_Measured() for _ in plans]
     for per_system in done:
-        for i, (run, spent) in enumerate(per_system):
-            runs[i].update(run)
-            seconds[i] += spent
-    return runs, seconds
+        for into, outcome in zip(measured, per_system):
+            into.add(outcome)
+    return measured
+
+
+def _say_run_size(n_queries: int, depth: int, ids: DocIds, qids: Sequence[str], n_systems: int) -> None:
+    """A warning before runs are kept whose memory or run files would be large (nothing is refused)."""
+    deep = min(depth, len(ids))  # no ranking holds more documents than the corpus
+    memory = run_bytes(n_queries, deep, len(ids), n_systems)
+    # a TREC line: "qid Q0 doc rank score tag\n": ~18 characters of score, a short tag, 8 separators
+    mean_id = sum(len(q) for q in qids[:1000]) / max(1, min(len(qids), 1000))
+    mean_doc = sum(len(str(n)) for n in ids.names[:1000]) / max(1, min(len(ids), 1000))
+    disk = int(n_queries * deep * n_systems * (mean_id + mean_doc + len(str(deep)) + 30))
+    if max(memory, disk) >= LARGE_RUNS_BYTES:
+        warnings.warn(f"keeping the runs of {n_systems} system{'' if n_systems == 1 else 's'} over {n_queries:,} "
+                      f"queries, up to {deep:,} documents each, takes up to {_size(memory)} of memory "
+                      f"({_size(disk)} as TREC run files); without --runs (keep_runs=False) only the per-query "
+                      "figures are kept", stacklevel=3)
+
+
+def _size(n_bytes: float) -> str:
+    for unit in ("bytes", "KB", "MB"):
+        if n_bytes < 1000:
+            return f"{n_bytes:.0f} {unit}" if unit == "bytes" else f"{n_bytes:.1f} {unit}"
+        n_bytes /= 1000
+    return f"{n_bytes:.1f} GB"
 
 
 def evaluate(
@@ -255,7 +290,7 @@ def evaluate(
     metrics: str | Iterable[str | Metric] = DEFAULT_METRICS,
     params: Mapping[str, Any] | None = None,
     sweep: Mapping[str, Sequence[Any]] | None = None,
-    embedder: Any = "hash",
+    embedder: Any = AUTO,
     analyzer: Any = None,
     title_mode: str = "prepend",
     batch_size: int = 256,
@@ -268,20 +303,32 @@ def evaluate(
     stage_cache: StageCache | None = None,
     ray: str | None = None,
     plugins: Sequence[str] = (),
+    keep_runs: bool = True,
+    corpus: Any = None,
 ) -> Evaluation:
     """Run recipes over a collection's judged queries and measure them.
 
     - ``recipes``: a built-in name, a recipe file, a :class:`~irflow.engine.recipe.Recipe`,
       a list of those, or a mapping ``{label: recipe}`` to name them.
-    - ``dataset``: a BEIR-format directory (``qrels/<split>.tsv`` is read) or a
-      loaded :class:`~irflow.evaluation.datasets.Collection` (``split`` is then its own).
+    - ``dataset``: a BEIR-format directory (``qrels/<split>.tsv`` is read),
+      ``"irds:NAME"`` (an ir_datasets collection: :mod:`irflow.evaluation.irds`)
+      or a loaded :class:`~irflow.evaluation.datasets.Collection` (``split`` is then its own).
+    - ``corpus``: evaluate on this built corpus (a Corpus, a ShardedCorpus, or
+      a path) instead of building one from the collection's documents; the
+      collection then needs only queries and judgements
+      (:func:`irflow.evaluation.topics.collection_from_files`), and the
+      corpus brings its own embedder and analyzer.
     - ``params``: recipe parameters for every recipe that has them (a name no
       recipe has is an error); ``sweep``: ``{name: [values]}``, every
       combination evaluated, each recipe sweeping only the names it has.
     - ``embedder`` / ``analyzer`` / ``title_mode``: how the corpus is built
       (cached on disk under ``cache_dir``, default ``$IRFLOW_HOME/cache/eval``;
-      ``use_cache=False`` builds in memory). ``embedder=None`` builds a
-      lexical-only corpus.
+      ``use_cache=False`` builds in memory). ``embedder`` defaults to
+      ``"auto"``, the rule of every entry point (``irflow eval`` too): the
+      model when the models extra is installed, else ``"hash"``, said once
+      (:func:`irflow.kernels.embedders.default_embedder`) — and nothing at all
+      when no system reads vectors (only lexical stages): a lexical-only
+      corpus, nothing embedded.  ``embedder=None`` builds a lexical-only corpus.
     - ``depth``: documents ranked per query, default 1000 whatever the
       metrics (see the module docstring).
     - ``queries``: evaluate only these judged query ids (a held-aside half).
@@ -292,12 +339,17 @@ def evaluate(
     - ``ray``: run the query batches on a pool of Ray actors (``"auto"``: a
       local cluster, or an address), with the same figures; ``plugins`` are
       imported in every actor first (see :mod:`irflow.evaluation.on_ray`).
+    - ``keep_runs``: keep every system's run (``SystemResult.run``, for
+      :meth:`Evaluation.write_runs`), 12 bytes per ranked document; with
+      False only the per-query figures are kept, each batch's rankings
+      dropped once measured (see :mod:`irflow.evaluation.runs`).  A warning
+      says the size first when kept runs would be large.
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise EvaluationError(f"batch_size must be a positive integer, got {batch_size!r}")
     parsed = parse_metrics(metrics)
     the_depth = ranking_depth(parsed, depth)
-    collection = dataset if isinstance(dataset, Collection) else load_beir(dataset, split)
+    collection = dataset if isinstance(dataset, Collection) else load_dataset(dataset, split)
     per_document = title_mode != "separate"
     merged: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = []
     plans, base_label = plan_systems(recipes, dict(params or {}), sweep, baseline, the_depth, per_document, merged)
@@ -307,23 +359,41 @@ def evaluate(
     if ray is not None:  # on the cluster before the corpus is built: an address that does not answer fails at once
         connect_to_ray(ray)
 
-    corpus, source = corpus_for(collection, embedder=embedder, analyzer=analyzer, title_mode=title_mode,
-                                batch_size=batch_size, progress=progress, cache_dir=cache_dir, use_cache=use_cache)
+    the_corpus, source, embedder = evaluation_corpus(
+        collection, [p.recipe for p in plans], corpus=corpus, embedder=embedder, analyzer=analyzer,
+        title_mode=title_mode, batch_size=batch_size, progress=progress, cache_dir=cache_dir, use_cache=use_cache)
+    scorer = BatchScorer(DocIds(the_corpus.artifact_ids_of(np.arange(the_corpus.n_rows))), parsed)
+    if keep_runs:
+        _say_run_size(len(qids), the_depth, scorer.ids, qids, len(plans))
     if stage_cache is None:
         # LRU bound: every stage of every recipe once, so the first-stage outputs of the current batch
         # (touched by every setting) stay while older settings' and batches' outputs are dropped
         stage_cache = StageCache(maxsize=sum(len(p.recipe.stages) for p in plans) + len(plans))
     title = f"evaluating {collection.name}" if progress else None
     if ray is None:
-        runs, seconds = _run_plans(plans, corpus, chosen, batch_size=batch_size, stage_cache=stage_cache,
-                                   progress=title)
+        measured = _measure_plans(plans, the_corpus, chosen, qrels, scorer, batch_size=batch_size,
+                                  stage_cache=stage_cache, keep_runs=keep_runs, progress=title)
     else:
-        runs, seconds = _run_plans_on_ray(ray, plans, source, embedder, chosen, batch_size=batch_size,
-                                          cache_size=stage_cache.maxsize, plugins=plugins, progress=title)
-    systems = tuple(_system(plan.label, plan.recipe.name, plan.params, runs[i], qrels, parsed, seconds[i])
-                    for i, plan in enumerate(plans))
-    return Evaluation(collection.name, collection.split, tuple(str(m) for m in parsed), the_depth, qrels, systems,
-                      base_label, source, stage_cache, merged=tuple(merged))
+        measured = _measure_plans_on_ray(ray, plans, source, embedder, chosen, qrels, parsed, batch_size=batch_size,
+                                         cache_size=stage_cache.maxsize, keep_runs=keep_runs, plugins=plugins,
+                                         progress=title)
+    systems = []
+    for plan, done in zip(plans, measured):
+        run = ColumnarRun(qids, done.ranked, scorer.ids.names) if keep_runs else None
+        systems.append(_system(plan.label, plan.recipe.name, plan.params, qids, parsed, done.table(len(parsed)),
+                               run, done.seconds, _fusion_named(plan, profile_of(done.outcomes))))
+    return Evaluation(collection.name, collection.split, tuple(str(m) for m in parsed), the_depth, qrels,
+                      tuple(systems), base_label, source, stage_cache, merged=tuple(merged), settings=the_corpus.settings)
+
+
+def _profile_of_run(run: Mapping[str, Mapping[str, float]], qids: Sequence[str]) -> RunProfile:
+    """The profile of a run read from a file: per judged query its documents and scores (by document), its depth."""
+    h = hashlib.blake2b(digest_size=16)
+    for qid in qids:
+        ranked = sorted((run.get(qid) or {}).items())
+        h.update(json.dumps([qid, ranked]).encode("utf-8"))
+    lengths = np.fromiter((len(run.get(q) or {}) for q in qids), dtype=np.int64, count=len(qids))
+    return RunProfile(h.hexdigest(), lengths, None)
 
 
 def evaluate_runs(
@@ -350,10 +420,14 @@ def evaluate_runs(
     if baseline is not None and baseline not in runs:
         raise EvaluationError(f"baseline {baseline!r} is not one of the runs: {', '.join(runs)}")
     judged = {q: dict(j) for q, j in qrels.items()}
+    qids = list(judged)
     systems = []
     for label, run in runs.items():
         plain = {q: {d: float(s) for d, s in scores.items()} for q, scores in run.items()}
-        systems.append(_system(label, "", {}, plain, judged, parsed, 0.0))
+        # missing="zero": a judged query without results scores 0, so systems stay paired query by query
+        table = per_query(plain, judged, parsed, missing="zero")
+        values = np.array([[table[str(m)][q] for m in parsed] for q in qids], dtype=np.float64).reshape(-1, len(parsed))
+        systems.append(_system(label, "", {}, qids, parsed, values, plain, 0.0, _profile_of_run(plain, qids)))
     # the runs' own depth: the longest ranking they hold
     deepest = max((len(scores) for run in runs.values() for scores in run.values()), default=0)
     return Evaluation(dataset, split, tuple(str(m) for m in parsed), deepest, judged, tuple(systems), baseline)

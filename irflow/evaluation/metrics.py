@@ -37,12 +37,13 @@ from __future__ import annotations
 import math
 import re
 from itertools import repeat
-from typing import Callable, Iterable, Literal, Mapping, cast
+from typing import Any, Callable, Iterable, Literal, Mapping, cast
 
 import attrs
 import numpy as np
 
 from irflow.errors import EvaluationError
+from irflow.util.fileio import shown
 
 __all__ = [
     "EvaluationError",
@@ -53,6 +54,8 @@ __all__ = [
     "parse_metric",
     "parse_metrics",
     "ranked_doc_ids",
+    "judged_grades",
+    "measure_ranking",
     "per_query",
     "evaluate_run",
 ]
@@ -206,7 +209,7 @@ def _precision(ranked: np.ndarray, judged: np.ndarray, k: int | None) -> float:
 
 def _mrr(ranked: np.ndarray, judged: np.ndarray, k: int | None) -> float:
     hits = np.flatnonzero(_relevant(ranked[:k]))
-    return 1.0 / (hits[0] + 1) if hits.size else 0.0
+    return 1.0 / (int(hits[0]) + 1) if hits.size else 0.0  # a Python float (the same bits as numpy's)
 
 
 def _average_precision(ranked: np.ndarray, judged: np.ndarray, k: int | None) -> float:
@@ -225,6 +228,35 @@ _MEASURES: dict[str, Callable[[np.ndarray, np.ndarray, int | None], float]] = {
     "mrr": _mrr,
     "map": _average_precision,
 }
+
+
+#: The grades a judgement may have: a C ``long``, as trec_eval and pytrec_eval read them.
+_GRADE_RANGE = (-(2**63), 2**63 - 1)
+
+
+def judged_grades(qid: str, judgements: Mapping[str, int]) -> np.ndarray:
+    """The grades of one query's judgements (int64), each checked: an integer in trec_eval's range.
+
+    A bool, a fraction, NaN or a grade beyond int64 is an EvaluationError
+    naming the query and the document (numpy would silently turn ``True`` and
+    ``1.5`` into 1, and end ``10**30`` in an OverflowError).
+
+    >>> judged_grades("q1", {"d1": 2, "d2": 0}).tolist()
+    [2, 0]
+    """
+    grades = np.fromiter(map(_grade, repeat(qid), judgements.items()), dtype=np.int64, count=len(judgements))
+    return grades
+
+
+def _grade(qid: str, item: tuple[str, Any]) -> int:
+    doc_id, grade = item
+    if isinstance(grade, (float, np.floating)) and math.isfinite(grade) and float(grade).is_integer():
+        grade = int(grade)  # 1.0 is the integer 1 (files may write grades as floats), 1.5 is not
+    if isinstance(grade, (bool, np.bool_)) or not isinstance(grade, (int, np.integer)) \
+            or not _GRADE_RANGE[0] <= grade <= _GRADE_RANGE[1]:
+        raise EvaluationError(f"the qrels of query {qid!r} give document {doc_id!r} the grade {shown(grade)}; a grade "
+                              f"is an integer from {_GRADE_RANGE[0]} to {_GRADE_RANGE[1]} (usually 0, 1, 2 or 3)")
+    return int(grade)
 
 
 def _grades(ranking: list[str], judgements: Mapping[str, int]) -> np.ndarray:
@@ -259,11 +291,23 @@ def per_query(
     table: dict[str, dict[str, float]] = {str(m): {} for m in parsed}
     for qid in _query_ids(run, qrels, missing):
         judgements = qrels[qid]
-        judged = np.fromiter(judgements.values(), dtype=np.int64, count=len(judgements))
+        judged = judged_grades(qid, judgements)
         ranked = _grades(ranked_doc_ids(run.get(qid, {})), judgements)
-        for metric in parsed:
-            table[str(metric)][qid] = _MEASURES[metric.name](ranked, judged, metric.k)
+        for metric, value in zip(parsed, measure_ranking(ranked, judged, parsed)):
+            table[str(metric)][qid] = value
     return table
+
+
+def measure_ranking(ranked: np.ndarray, judged: np.ndarray, metrics: Iterable[Metric]) -> list[float]:
+    """Each metric of one query: ``ranked`` the grades of its ranking in trec_eval's order, ``judged`` its qrels' grades.
+
+    The one computation behind :func:`per_query` and the columnar runs of
+    :mod:`irflow.evaluation.runs`, so both give the same bits.
+
+    >>> measure_ranking(np.array([0, 2]), np.array([2, 1]), parse_metrics("p@1,mrr@10"))
+    [0.0, 0.5]
+    """
+    return [_MEASURES[metric.name](ranked, judged, metric.k) for metric in metrics]
 
 
 def evaluate_run(

@@ -5,10 +5,11 @@ of queries through every system on a pool of Ray actors — one per CPU of
 the cluster — instead of one after the other in this process.  Each actor
 opens the evaluation's corpus from the on-disk cache (memory-mapped: the
 actors of a machine share its pages) and runs the recipes with its own
-stage cache; this process gathers the rankings batch by batch, in query
-order, and measures them as without Ray.  The figures are the same: a
-query's ranking does not depend on its batch or its process (the kernels
-are exact), and the metrics are computed here from the same rankings.
+stage cache, and measures its batch's rankings itself; this process
+gathers the per-query figures (and the rankings, when the runs are kept)
+batch by batch, in query order.  The figures are the same: a query's
+ranking does not depend on its batch or its process (the kernels are
+exact), and the metrics are the same computation on the same rankings.
 
 What a recipe names must exist in the actors too: the ``irflow.engine.registry``
 entries of this process are sent along (entries Ray cannot serialize are
@@ -23,17 +24,19 @@ import importlib
 import logging
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
+
+import numpy as np
 
 from irflow.engine import registry
 from irflow.engine.executor import StageCache
 from irflow.engine.kinds import module_from_file
 from irflow.evaluation.cache import CorpusSource
-from irflow.evaluation.metrics import EvaluationError
+from irflow.evaluation.metrics import EvaluationError, Metric
+from irflow.evaluation.runs import BatchOutcome, BatchScorer, DocIds, run_batch
+from irflow.shard import open_corpus  # a plain or a sharded corpus (one given to the evaluation may be either)
 from irflow.shard.ray_backend import connect, map_on_actors
-from irflow.store.corpus import open_corpus
 
 __all__ = ["evaluate_batches_on_ray"]
 
@@ -53,53 +56,61 @@ def _import_plugin(name: str, cwd: str) -> None:
 
 
 class _EvalServer:
-    """One actor of the pool: the corpus opened once, the systems run on each batch sent."""
+    """One actor of the pool: the corpus opened once, the systems run on each batch sent and measured here."""
 
-    def __init__(self, corpus_path: str, embedder: Any, plans: Sequence[Any], entries: dict[str, Any],
-                 plugins: Sequence[str], cwd: str, cache_size: int | None, builder: Callable[[Any], Any]) -> None:
+    def __init__(self, corpus_path: str, embedder: Any, plans: Sequence[Any], entries: dict[str, bytes],
+                 plugins: Sequence[str], cwd: str, cache_size: int | None, metrics: Sequence[Metric],
+                 keep_runs: bool) -> None:
+        import ray  # an optional heavy dependency: imported lazily, and always there in an actor
+
         for plugin in plugins:
             _import_plugin(plugin, cwd)
-        for name, obj in entries.items():
+        # each entry alone: one the actor cannot load (its module exists only where the driver imported it)
+        # is left out, and only a recipe naming it fails (naming it), not the whole pool
+        for name, payload in entries.items():
+            try:
+                obj = ray.cloudpickle.loads(payload)
+            except Exception as exc:  # whatever unpickling an arbitrary object raises
+                log.warning("irflow.engine.registry entry %r cannot be loaded in a Ray actor (%s); recipes naming "
+                            "it fail there", name, exc)
+                continue
             registry.register(name, obj, replace=True)
         self.corpus = open_corpus(corpus_path, embedder=embedder)
         self.plans = plans
-        self.builder = builder(self.corpus)
+        # every row's document id through the protocol: a sharded corpus has no whole column to hand over
+        self.scorer = BatchScorer(DocIds(self.corpus.artifact_ids_of(np.arange(self.corpus.n_rows))), metrics)
+        self.keep_runs = keep_runs
         self.cache = StageCache(maxsize=cache_size)
 
-    def run(self, texts: list[str], qids: list[str]) -> list[tuple[dict[str, dict[str, float]], float]]:
-        """Every system on one batch: (its run for these queries, seconds) per system."""
-        out = []
-        for plan in self.plans:
-            start = time.perf_counter()
-            result = plan.recipe.run(self.corpus, texts, cache=self.cache, **plan.params)
-            run: dict[str, dict[str, float]] = {}
-            self.builder.add(result, qids, run)
-            out.append((run, time.perf_counter() - start))
-        return out
+    def run(self, texts: list[str], qids: list[str], judgements: list[dict[str, int]]) -> list[BatchOutcome]:
+        """Every system on one batch: its values, rankings if kept, seconds and run profile, per system."""
+        return run_batch(self.plans, self.corpus, texts, qids, judgements, self.scorer, self.cache, self.keep_runs)
 
 
-def _registry_entries(serializable: Callable[[Any], bool]) -> dict[str, Any]:
+def _registry_entries(serialize: Callable[[Any], bytes | None]) -> dict[str, bytes]:
+    """The registry's entries, each serialized alone (None from ``serialize``: it cannot be sent)."""
     entries = {}
     for name in registry.names():
-        obj = registry.lookup(name)
-        if serializable(obj):
-            entries[name] = obj
+        payload = serialize(registry.lookup(name))
+        if payload is not None:
+            entries[name] = payload
         else:
             log.info("irflow.engine.registry entry %r cannot be sent to Ray actors; recipes naming it fail there", name)
     return entries
 
 
 def evaluate_batches_on_ray(address: str, source: CorpusSource, embedder: Any, plans: Sequence[Any],
-                            batches: Sequence[tuple[list[str], list[str]]], builder: Callable[[Any], Any], *,
-                            plugins: Sequence[str] = (),
+                            batches: Sequence[tuple[list[str], list[str], list[dict[str, int]]]],
+                            metrics: Sequence[Metric], *, keep_runs: bool = False, plugins: Sequence[str] = (),
                             cache_size: int | None = 64, on_batch: Callable[[int], None] | None = None,
-                            ) -> list[list[tuple[dict[str, dict[str, float]], float]]]:
-    """Run ``plans`` on every ``(texts, qids)`` batch on a pool of actors; per batch, (run, seconds) per system.
+                            ) -> list[list[BatchOutcome]]:
+    """Run and measure ``plans`` on every ``(texts, qids, judgements)`` batch on a pool of actors.
 
-    ``source`` must be an on-disk corpus (the actors open it by path);
-    ``builder(corpus)`` turns results into runs (``evaluate``'s, passed in
-    so this module need not import the harness that imports it);
-    ``on_batch(n_queries)`` is called as each batch finishes.
+    Per batch, per system: a :class:`~irflow.evaluation.runs.BatchOutcome`
+    (per-query values of ``metrics``, the rankings when ``keep_runs`` else
+    None, seconds, the run's digest and depths) — only what the evaluation
+    keeps comes back.  ``source`` must be an on-disk corpus (the actors open it by
+    path); ``on_batch(n_queries)`` is called as each batch finishes.
     """
     if source.path is None:
         raise EvaluationError("evaluating on Ray needs the corpus on disk, where the actors open it, but this one was "
@@ -107,15 +118,15 @@ def evaluate_batches_on_ray(address: str, source: CorpusSource, embedder: Any, p
                               "cache on (drop --no-cache / use_cache=False) and a named embedder")
     ray = connect(address)  # Ray is an extra, imported only now
 
-    def serializable(obj: Any) -> bool:
+    def serialize(obj: Any) -> bytes | None:
         try:
-            ray.cloudpickle.dumps(obj)
+            payload: bytes = ray.cloudpickle.dumps(obj)
         except Exception:  # anything Ray's serializer refuses
-            return False
-        return True
+            return None
+        return payload
 
     spec = embedder if isinstance(embedder, str) or embedder is None else getattr(embedder, "spec", None)
-    init = (str(source.path), spec, list(plans), _registry_entries(serializable), list(plugins), os.getcwd(),
-            cache_size, builder)
+    init = (str(source.path), spec, list(plans), _registry_entries(serialize), list(plugins), os.getcwd(),
+            cache_size, tuple(metrics), keep_runs)
     done = None if on_batch is None else (lambda i, _: on_batch(len(batches[i][1])))
     return map_on_actors(_EvalServer, init, "run", batches, address=address, on_done=done)

@@ -223,6 +223,8 @@ def randomization_test(
     """
     if isinstance(n_permutations, bool) or not isinstance(n_permutations, int) or n_permutations < 1:
         raise SignificanceError(f"n_permutations must be a positive integer, got {n_permutations!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise SignificanceError(f"seed must be a non-negative integer, got {seed!r}")
     d = _differences(baseline, other)
     n = d.size
     if n == 0:

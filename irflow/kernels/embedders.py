@@ -4,6 +4,8 @@ irflow accepts three kinds of embedder and wraps each in an :class:`Embedder`
 that validates and normalizes what it returns, so the dense kernel can trust
 every vector (finite, float32, unit length or exactly zero):
 
+- ``"auto"`` (the default everywhere: :func:`default_embedder` — the model
+  when the ``models`` extra is installed, else ``"hash"``, said once);
 - a spec string: ``"hash"`` / ``"hash:<dim>"`` (the built-in, dependency-free
   :class:`HashEmbedder`), ``"onnx:<model or path>"`` (a sentence-embedding
   model on onnxruntime, :mod:`irflow.kernels.onnx_embedder`; ``"onnx:all-MiniLM-L6-v2"``
@@ -22,17 +24,19 @@ every vector (finite, float32, unit length or exactly zero):
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import importlib.metadata
 import importlib.util
 import os
 import threading
+import warnings
 from typing import Any, Callable, Sequence
 
 import attrs
 import numpy as np
 
-from irflow.errors import EmbedderError
+from irflow.errors import EmbedderError, StandInEmbedderWarning
 from irflow.kernels import onnx_embedder  # its heavy imports (onnxruntime, tokenizers) happen on first use only
 from irflow.kernels.hash_embedder import DEFAULT_HASH_DIM, HASH_EMBEDDER_VERSION, HashEmbedder
 from irflow.kernels.vectors import normalize_rows
@@ -47,7 +51,10 @@ __all__ = [
     "HASH_EMBEDDER_VERSION",
     "resolve_embedder",
     "LazyEmbedder",
-    "cli_default_embedder",
+    "AUTO",
+    "default_embedder",
+    "resolve_default",
+    "stand_in_note",
     "normalize_rows",
     "check_dimension",
     "check_digest",
@@ -375,6 +382,16 @@ def _from_spec(spec: str) -> Embedder:
     raise EmbedderError(message)
 
 
+@functools.lru_cache(maxsize=None)
+def _pinned_backend(threads: int, graph: str) -> onnx_embedder.OnnxEmbedder:
+    """The pinned model, one per process per thread count and graph: it loads once (a second), not per corpus.
+
+    It is the default embedder, so a program building several corpora, a
+    notebook or a test suite would otherwise load it again for each one.
+    """
+    return onnx_embedder.OnnxEmbedder(onnx_embedder.PINNED_MODEL, threads=threads, graph=graph)
+
+
 def _onnx(spec: str, model: str) -> Embedder:
     if not model:
         raise EmbedderError(f"bad embedder spec {spec!r}: name a model or a local path, e.g. "
@@ -389,43 +406,75 @@ def _onnx(spec: str, model: str) -> Embedder:
                 f"{install_hint('models')} (or use the dependency-free 'hash' embedder)"
             )
         canonical = f"onnx:{onnx_embedder.FAST_MODEL if fast else onnx_embedder.PINNED_MODEL}"
-        backend = onnx_embedder.OnnxEmbedder(onnx_embedder.PINNED_MODEL, graph=backend.graph)  # one name for the model
-        return Embedder(spec=canonical, name=canonical, embed_fn=backend, declared_dim=384)
+        return Embedder(spec=canonical, name=canonical, embed_fn=_pinned_backend(onnx_embedder.onnx_threads(),
+                                                                                 backend.graph),
+                        declared_dim=384)
     return Embedder(spec=f"onnx:{model}", name=f"onnx:{model}", embed_fn=backend)
 
 
-#: Environment variable naming the default embedder of the command line (a spec, or "none").
+#: Environment variable naming the default embedder of every entry point (a spec, or "none").
 DEFAULT_EMBEDDER_ENV = "IRFLOW_EMBEDDER"
 
+#: What ``embedder=`` is when it is not given (``irflow.build``, ``evaluate``, ``shard``, the command
+#: line): the spec :func:`default_embedder` picks, resolved when it is used.
+AUTO = "auto"
 
-def cli_default_embedder() -> tuple[str, str | None]:
-    """The embedder ``irflow index``, ``eval`` and ``demo`` use when none is named, and a note.
+_STAND_IN_SAID = threading.Event()  # the fallback to "hash" is said once per process
 
+
+def stand_in_note() -> str:
+    """The sentence that says the default embedder fell back to ``"hash"``, with the command that fixes it."""
+    return (f"irflow: no embedding model is installed, so the embedder is 'hash' (a word and n-gram sketch for "
+            f"lexical overlap, not meaning; hybrid search with it trails BM25 alone); install all-MiniLM-L6-v2 "
+            f"with: {install_hint('models')}")
+
+
+def default_embedder() -> str | None:
+    """The embedder every entry point uses when none is named: one rule for Python and the command line.
+
+    ``$IRFLOW_EMBEDDER`` when set (a spec, or ``none``: a lexical-only
+    corpus; e.g. ``hash`` to keep a slow machine on the stand-in); else
     ``"onnx:all-MiniLM-L6-v2"`` (a real sentence model, no torch, no
-    download) when the ``models`` extra is installed, with no note;
-    otherwise ``"hash"`` and one plain sentence saying so, with the command
-    that installs the model.  The Python API (``irflow.build``) keeps
-    ``"hash"`` as its default: deterministic, instant, dependency-free.
-    ``$IRFLOW_EMBEDDER`` (a spec, or ``none``) overrides the choice, e.g. to
-    keep a slow machine on ``hash``.
+    download) when the ``models`` extra is installed; else ``"hash"``, and a
+    :class:`~irflow.errors.StandInEmbedderWarning` says so — once per
+    process, with the command that installs the model.  One function
+    decides, so ``irflow.evaluate(["hybrid"], ...)`` and ``irflow eval
+    hybrid`` build the same corpus and give the same figures.
+
+    >>> import os; os.environ["IRFLOW_EMBEDDER"] = "hash:64"
+    >>> default_embedder()
+    'hash:64'
+    >>> del os.environ["IRFLOW_EMBEDDER"]
     """
     chosen = os.environ.get(DEFAULT_EMBEDDER_ENV, "").strip()
     if chosen:
-        resolve_embedder(None if chosen.lower() == "none" else chosen)  # a bad spec fails here, naming the forms
-        return chosen, None
+        if chosen.lower() == "none":
+            return None
+        if chosen.lower() == AUTO:
+            raise EmbedderError(f"${DEFAULT_EMBEDDER_ENV}={chosen!r} names the default itself; set it to a spec "
+                                f"({_SPEC_FORMS}) or 'none', or unset it")
+        resolve_embedder(chosen)  # a bad spec fails here, naming the forms
+        return chosen
     if onnx_embedder.pinned_model_available():
-        return f"onnx:{onnx_embedder.PINNED_MODEL}", None
-    return "hash", (
-        f"irflow: no embedding model is installed, so the embedder is 'hash' (a word and n-gram sketch for "
-        f"lexical overlap, not meaning; hybrid search with it trails BM25 alone); install all-MiniLM-L6-v2 "
-        f"with: {install_hint('models')}"
-    )
+        return f"onnx:{onnx_embedder.PINNED_MODEL}"
+    if not _STAND_IN_SAID.is_set():
+        _STAND_IN_SAID.set()
+        warnings.warn(stand_in_note(), StandInEmbedderWarning, stacklevel=2)
+    return "hash"
+
+
+def resolve_default(embedder: Any) -> Any:
+    """``embedder`` with :data:`AUTO` replaced by :func:`default_embedder`'s choice; anything else as given."""
+    if isinstance(embedder, str) and embedder.strip().lower() == AUTO:
+        return default_embedder()
+    return embedder
 
 
 def resolve_embedder(spec: "str | Callable[..., Any] | Any | Embedder | None") -> Embedder | None:
     """The :class:`Embedder` for ``spec``; None for None (a lexical-only corpus).
 
-    ``spec`` is an Embedder (returned as is), a spec string (``"hash"`` —
+    ``spec`` is an Embedder (returned as is), ``"auto"`` (:func:`default_embedder`'s
+    choice), a spec string (``"hash"`` —
     normalized to ``"hash:256"`` so it round-trips through a manifest —,
     ``"hash:<dim>"``, ``"st:<model name or local path>"``), an object with
     ``embed(texts, kind)`` (preferred when an object has both), or a callable
@@ -440,6 +489,9 @@ def resolve_embedder(spec: "str | Callable[..., Any] | Any | Embedder | None") -
     if isinstance(spec, Embedder):
         return spec
     if isinstance(spec, str):
+        if spec.strip().lower() == AUTO:
+            chosen = default_embedder()
+            return None if chosen is None else _from_spec(chosen)
         return _from_spec(spec)
     embed = getattr(spec, "embed", None)
     if callable(embed):

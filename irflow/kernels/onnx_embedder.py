@@ -28,9 +28,10 @@ Texts are embedded in batches sorted by token count (little padding), each
 batch bounded by a token budget, and returned in the caller's order.  The
 attention mask makes every row independent of the others in its batch; the
 pooling sums each row over its own tokens only, so a text gets the same bits
-whatever batch it is in.  onnxruntime uses as many intra-op threads as this
-process may run on (``os.sched_getaffinity``); ``IRFLOW_ONNX_THREADS`` or
-``threads=`` overrides it.
+whatever batch it is in.  onnxruntime's intra-op threads, first found of:
+the embedder's ``threads=``, the block's :func:`irflow.util.threads.limit_threads`
+(the command line's ``--threads``), ``$IRFLOW_ONNX_THREADS``, the CPUs this
+process may run on (``os.sched_getaffinity``).
 
 >>> e = OnnxEmbedder("all-MiniLM-L6-v2")  # doctest: +SKIP
 >>> e(["rank_bm25 ranking library"], "document").shape  # doctest: +SKIP
@@ -44,6 +45,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import json
+import logging
 import os
 import threading
 from pathlib import Path
@@ -59,6 +61,7 @@ from irflow.kernels.onnx_run import MODEL_FIX as _MODEL_FIX
 from irflow.kernels.onnx_run import batches, detail, run_batch, session
 from irflow.util.extras import install_hint
 from irflow.util.fileio import loads_json, open_regular, read_text
+from irflow.util.threads import requested_threads
 from irflow.util.unicode import check_text
 
 __all__ = [
@@ -72,6 +75,8 @@ __all__ = [
     "MAX_TOKENIZER_BYTES",
     "MAX_CONFIG_BYTES",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: The model the ``models`` extra installs; ``"onnx:" + PINNED_MODEL`` is the CLI's default embedder.
 PINNED_MODEL = "all-MiniLM-L6-v2"
@@ -115,7 +120,10 @@ _CONFIG_FIX = "restore the file the model came with, or remove it"
 
 
 def onnx_threads() -> int:
-    """onnxruntime's intra-op threads: ``$IRFLOW_ONNX_THREADS``, else the CPUs this process may use."""
+    """onnxruntime's intra-op threads: ``limit_threads``' (``--threads``), ``$IRFLOW_ONNX_THREADS``, the CPUs here."""
+    requested = requested_threads()
+    if requested is not None:
+        return requested
     raw = os.environ.get("IRFLOW_ONNX_THREADS", "").strip()
     if raw:
         try:
@@ -378,7 +386,8 @@ class OnnxEmbedder:
                 model: str | bytes = str(files.model)
                 if self.graph == "fast":
                     model = _fast_graph(ort, files).data
-                onnx_session = session(ort, model, files.model, self.threads or onnx_threads(),
+                threads = self.threads or onnx_threads()
+                onnx_session = session(ort, model, files.model, threads,
                                        unfused=UNFUSED if self.graph == "fast" else ())
                 names = frozenset(i.name for i in onnx_session.get_inputs())
                 needed = {"input_ids"} if self.graph == "fast" else {"input_ids", "attention_mask"}
@@ -388,6 +397,7 @@ class OnnxEmbedder:
                         f"input_ids and attention_mask (and optionally token_type_ids): {_MODEL_FIX}"
                     )
                 self._state["session"] = (tokenizer, onnx_session, names)
+                logger.info("loaded %s (%s graph) on onnxruntime: %d intra-op threads", files.model, self.graph, threads)
             loaded: tuple[Any, Any, frozenset[str]] = self._state["session"]
             return loaded
 

@@ -18,6 +18,13 @@ and writing shards), ``worker`` (one shard's side), ``merge`` (global rows and
 the top-k merge), ``driver`` (ShardedCorpus), ``backend`` (in-process),
 ``ray_backend`` (Ray actors, a contained local cluster, batch evaluation).
 
+``irflow.shard`` is the function :func:`shard` (``irflow/__init__.py`` binds it
+over the name the import of this package set), so ``help(irflow.shard)`` shows
+it.  Its modules are imported by their path: ``from irflow.shard.driver import
+ShardedCorpus`` or ``from irflow.shard import driver`` — not ``import
+irflow.shard.driver as driver``, which looks ``shard`` up on ``irflow`` and
+finds the function.
+
 >>> # sharded = irflow.shard(irflow.open_corpus("corpus"), 4, "corpus.sharded")
 >>> # irflow.search(irflow.open_corpus("corpus.sharded", ray="auto"), "sql parser")
 """
@@ -25,10 +32,9 @@ the top-k merge), ``driver`` (ShardedCorpus), ``backend`` (in-process),
 from __future__ import annotations
 
 import os
-import sys
-import types
 from typing import Any, Iterable, Mapping
 
+from irflow.kernels.embedders import AUTO
 from irflow.store.corpus import Corpus
 from irflow.store.corpus import open_corpus as _open_plain
 from irflow.errors import CorpusError
@@ -47,7 +53,7 @@ def shard(
     n: int,
     path: str | os.PathLike[str],
     *,
-    embedder: Any = "hash",
+    embedder: Any = AUTO,
     analyzer: Any = None,
     name: str | None = None,
     progress: bool = False,
@@ -61,7 +67,8 @@ def shard(
     corpus directory, plus ``shards.json`` (counts, global rows, the
     generation of each shard, the embedder and analyzer all shards share;
     sealed by its checksum).  From records, each shard is built as
-    :func:`irflow.build` would build them (``embedder``, ``analyzer``,
+    :func:`irflow.build` would build them (``embedder`` — by default the
+    model when installed, else "hash", as there —, ``analyzer``,
     ``batch_size`` as there); from a corpus, its arrays are split as they
     are.  Over an existing sharded corpus (or what an interrupted sharding
     left) this is a reshard, committed in one step: a reader, or a crash at
@@ -92,17 +99,3 @@ def open_corpus(path_or_name: str | os.PathLike[str], *, embedder: Any = None, v
                           f"first: irflow shard {root} --shards N --out DIR (or irflow.shard(corpus, n, path))")
     return _open_plain(path_or_name, embedder=embedder, verify=verify)
 
-
-class _CallableModule(types.ModuleType):
-    """``irflow.shard(corpus, n, path)`` calls :func:`shard`, and ``irflow.shard`` stays this package.
-
-    (Binding the name to the function instead would break ``import
-    irflow.shard.worker as w``: the import would look the package up as an
-    attribute of ``irflow`` and find a function.)
-    """
-
-    def __call__(self, *args: Any, **kwargs: Any) -> ShardedCorpus:
-        return shard(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

@@ -137,6 +137,7 @@ def commit(root: Path, manifest: ShardManifest) -> None:
             raise ValueError(f"shard {entry.index} names no generation: a sharding writes the current version")
         with gens.locked(root / entry.dir):
             gens.point_current(root / entry.dir, entry.generation, entry.manifest_checksum)
+    logger.info("committed %s: %d shards (%s)", root, len(manifest.shards), MANIFEST_FILE)
     gens.pause_point("shard:before-cleanup")
     _clean(root, manifest)
 

@@ -52,7 +52,7 @@ from irflow.errors import CorpusError, EmbedderError, NoLedgerEntry
 from irflow.kernels.filters import CompiledFilter, compile_filter
 from irflow.store.masks import Warned, _surface_kinds, check_surfaces, warn_unknown_field
 from irflow.store.paths import resolve_corpus_path
-from irflow.store.protocol import Siblings
+from irflow.store.protocol import CorpusSettings, Siblings
 from irflow.store.records import Record, SearchHit
 from irflow.shard.backend import Backend, Call, InProcessBackend
 from irflow.shard.disk import open_committed
@@ -226,6 +226,11 @@ class ShardedCorpus:
         """The query embedder (the manifest's spec, or the one passed to open), resolved on first use."""
         return self._query_embedder.get()
 
+    @property
+    def settings(self) -> CorpusSettings:
+        """The embedder and analyzer every shard ranks with, by name (the corpus protocol; loads no model)."""
+        return CorpusSettings(self.embedder_spec or ("none" if self.dim is None else "custom"), self._analyzer.name)
+
     def _label(self) -> str:
         return f"corpus {self.name!r}" if self.name else "this corpus"
 
@@ -312,7 +317,8 @@ class ShardedCorpus:
         if self.dim is None:
             raise EmbedderError(
                 f"{self._label()} is lexical-only (built with embedder=None): it has no vectors, so dense search "
-                "is unavailable; use lexical search, or rebuild with an embedder (irflow.build(..., embedder='hash'))")
+                "is unavailable; use lexical search, or rebuild with an embedder (irflow.build(records) embeds with "
+                "the model when the models extra is installed, else 'hash')")
         embedder = self.embedder
         if embedder is None:
             raise EmbedderError(

@@ -89,13 +89,37 @@ _joined: str | None = None  # the address this process joined (not "auto")
 
 
 def require_ray() -> Any:
-    """The ``ray`` module, or an IrflowError saying how to install the extra."""
+    """The ``ray`` module (its driver's messages routed to stderr), or an IrflowError saying how to install it."""
     try:
         import ray
     except ImportError:
         raise IrflowError(f"Ray is not installed, and serving shards on Ray needs it: {install_hint('ray')} "
                           "(or serve the shards in this process: ray=None)") from None
+    _driver_messages_to_stderr(ray)
     return ray
+
+
+def _driver_messages_to_stderr(ray: Any) -> None:
+    """Ray's driver prints what the cluster tells it on stdout; send it to stderr, where logs go.
+
+    ``log_to_driver=False`` stops the workers' output, but not the error
+    messages a driver always listens for (``(raylet) A worker died or was
+    killed ...``) nor what it flushes on shutdown: Ray prints them with
+    ``print_to_stdstream`` on stdout unless they are marked as errors.
+    Marking all of them keeps stdout for the caller's output (``irflow eval
+    --json``).  Ray has no setting for this, so its function is wrapped,
+    once; another Ray layout is left as it is.
+    """
+    module = getattr(getattr(ray, "_private", None), "worker", None)
+    original = getattr(module, "print_to_stdstream", None)
+    if module is None or original is None or getattr(original, "irflow_to_stderr", False):
+        return
+
+    def to_stderr(data: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        return original({**data, "is_err": True}, *args, **kwargs)
+
+    to_stderr.irflow_to_stderr = True  # type: ignore[attr-defined]
+    module.print_to_stdstream = to_stderr
 
 
 def ray_temp_dir() -> Path:
@@ -221,7 +245,7 @@ def _refuse_another_cluster(ray: Any, address: str) -> None:
         raise RayConnectionError(
             f"this process is already connected to the Ray cluster at {current}, so it cannot also join {address}: "
             "a process is on one cluster at a time. Ask for 'auto' to use the connected cluster, or disconnect "
-            "first (irflow.shard.ray_backend.shutdown(), or ray.shutdown()) and ask again.")
+            "first (ray.shutdown(), or shutdown() from irflow.shard.ray_backend) and ask again.")
 
 
 def shutdown() -> None:

@@ -35,6 +35,7 @@ from irflow.errors import CorpusError
 from irflow.store.generations import MANIFEST_FILE as MANIFEST_OF_GENERATION
 from irflow.store.generations import check_writable_root, checksum, locked
 from irflow.store.persist import EmbedderInfo, save_corpus
+from irflow.kernels.embedders import AUTO, resolve_default
 from irflow.kernels.postings import Postings
 from irflow.util.corpusmarks import SHARDED_CORPUS, refuse_inside_corpus
 from irflow.util.progress import bar
@@ -167,7 +168,7 @@ def _write_from_records(records: Sequence[Record], store: CorpusStore, plan: Seq
     with bar(progress, "sharding", total=len(plan), unit="shard") as shown:
         for s, rows in enumerate(plan):
             built = build([records[r] for r in rows.tolist()], embedder=embedder, analyzer=analyzer, name=name,
-                          batch_size=batch_size)
+                          batch_size=batch_size, progress=progress)  # its phases inside the shards' progress
             entries.append(_write_shard(
                 root, s, rows, store=built.store, postings=built.postings, vectors=built.vectors,
                 analyzer=built.analyzer.to_dict(), embedder=built.embedder_info, source=store))
@@ -182,7 +183,7 @@ def shard_corpus(
     n: int,
     path: str | os.PathLike[str],
     *,
-    embedder: Any = "hash",
+    embedder: Any = AUTO,
     analyzer: Any = None,
     name: str | None = None,
     progress: bool = False,
@@ -208,6 +209,7 @@ def shard_corpus(
         prepared = prepare_records(source)
         if not prepared:
             raise CorpusError("shard() got no records; a corpus needs at least one record")
+        embedder = resolve_default(embedder)  # every shard with one embedder (the default decided once)
         store = CorpusStore.from_records(prepared)
         plan = plan_shards(store.artifact_ids, n)
     prepare_root(root)

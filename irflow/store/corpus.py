@@ -25,8 +25,9 @@ import numpy as np
 from irflow.errors import CorpusError, EmbedderError
 from irflow.kernels import bm25 as _bm25
 from irflow.kernels import dense as _dense
+from irflow.kernels import dense_kernel as _dense_kernel
 from irflow.kernels.columns import MetadataColumns
-from irflow.kernels.embedders import Embedder, LazyEmbedder, check_digest, check_dimension, resolve_embedder
+from irflow.kernels.embedders import AUTO, Embedder, LazyEmbedder, check_digest, check_dimension, resolve_embedder
 from irflow.kernels.filters import CompiledFilter
 from irflow.kernels.postings import Postings
 from irflow.kernels.text import Analyzer, get_analyzer
@@ -36,12 +37,12 @@ from irflow.store.generations import check_writable_root
 from irflow.store.masks import CandidateMasks
 from irflow.store.paths import HOME_ENV, is_corpus_name, resolve_corpus_path
 from irflow.store.persist import VECTORS_FILE, EmbedderInfo, load_corpus, save_corpus
-from irflow.store.protocol import Siblings
+from irflow.store.protocol import CorpusSettings, Siblings
 from irflow.store.record_store import CorpusStore, prepare_records
 from irflow.store.records import Record, SearchHit
 from irflow.store.vectors import VectorCheck, document_vectors
 from irflow.util.corpusmarks import CORPUS, refuse_inside_corpus
-from irflow.util.progress import bar, phase
+from irflow.util.progress import bar, phase, tracked
 from irflow.util.unicode import check_text
 
 __all__ = ["Corpus", "build", "open_corpus"]
@@ -93,6 +94,7 @@ class Corpus:
         self._masks = CandidateMasks(store, self._label(), remember=postings.remember_mask,
                                      forget=self._gathered.discard)
         self._lock = threading.Lock()
+        self._index = _dense_kernel.IndexSlot()  # the vectors' int8 codes, built on first use
 
     # -- row-aligned columns ------------------------------------------------------------
 
@@ -185,11 +187,13 @@ class Corpus:
         For in-memory corpora built from precomputed vectors with
         ``embedder=None``; its dimension is checked on first use.
         """
-        return Corpus(
+        other = Corpus(
             store=self.store, postings=self.postings, analyzer=self.analyzer, vectors=self._vectors,
             embedder=embedder, embedder_info=self._embedder_info, name=self.name, path=self.path,
             vectors_check=self._vectors_check,
         )
+        other._index = self._index  # the same vectors: their int8 codes too, built once for both
+        return other
 
     @property
     def version(self) -> int:
@@ -311,7 +315,9 @@ class Corpus:
 
         A query's scores are the same to the bit in any batch, plan, thread
         count or BLAS kernel (see :mod:`irflow.kernels.dense`); the vectors are
-        read-only, so their norm bound is computed once, on the first query.
+        read-only, so their norm bound is computed once, on the first query,
+        and so are their int8 codes where the compiled scan ranks (kept in
+        memory, a quarter of the vectors' bytes: :mod:`irflow.kernels.dense_index`).
         """
         vectors = self._require_vectors()
         queries = np.asarray(query_vectors, dtype=np.float32)
@@ -326,7 +332,8 @@ class Corpus:
                                 f"{len(queries)} vectors); a query vector must be finite — check the embedder "
                                 f"({self._embedder_label()}) or the vectors passed in")
         mask = self._effective_mask(mask)
-        return _dense.dense_topk(vectors, queries, mask, fetch_k, gathered=self._gathered_rows(mask, vectors))
+        return _dense.dense_topk(vectors, queries, mask, fetch_k, gathered=self._gathered_rows(mask, vectors),
+                                 index=self._index.get(vectors))
 
     def _gathered_rows(self, mask: np.ndarray | None, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """A selective filter's rows and their vectors, kept from its first dense query (None: not kept).
@@ -366,7 +373,8 @@ class Corpus:
         if vectors is None:
             raise EmbedderError(
                 f"{self._label()} is lexical-only (built with embedder=None): it has no vectors, so dense search "
-                "is unavailable; use lexical search, or rebuild with an embedder (irflow.build(..., embedder='hash'))"
+                "is unavailable; use lexical search, or rebuild with an embedder (irflow.build(records) embeds with "
+                "the model when the models extra is installed, else 'hash')"
             )
         return vectors
 
@@ -384,6 +392,11 @@ class Corpus:
 
     def _label(self) -> str:
         return f"corpus {self.name!r}" if self.name else "this corpus"
+
+    @property
+    def settings(self) -> CorpusSettings:
+        """The embedder and analyzer this corpus ranks with, by name (the corpus protocol; loads no model)."""
+        return CorpusSettings("none" if self._vectors is None else self._embedder_label(), self.analyzer.name)
 
     def _embedder_label(self) -> str:
         # Never resolves the embedder: repr must not load a model.
@@ -426,7 +439,7 @@ def _tokenize(analyzer: Analyzer, texts: Sequence[str], progress: bool, chunk: i
 def build(
     records: Iterable[Record | Mapping[str, Any]],
     *,
-    embedder: Any = "hash",
+    embedder: Any = AUTO,
     analyzer: Analyzer | str | Mapping[str, Any] | None = None,
     path: str | os.PathLike[str] | None = None,
     name: str | None = None,
@@ -435,12 +448,16 @@ def build(
 ) -> Corpus:
     """Build a corpus from records (Record objects or dicts with the same keys).
 
-    ``embedder``: a spec ("hash", "hash:512", "st:<model>"), a callable
-    ``texts -> (n, d)``, an object with ``embed(texts, kind)``, or None for a
-    lexical-only corpus.  Records may instead all carry precomputed vectors.
+    ``embedder``: by default ``"auto"`` — all-MiniLM-L6-v2 when the models
+    extra is installed, else the ``"hash"`` stand-in, said once (the rule of
+    every entry point: :func:`irflow.kernels.embedders.default_embedder`) —;
+    a spec ("onnx:all-MiniLM-L6-v2", "hash", "hash:512", "st:<model>"), a
+    callable ``texts -> (n, d)``, an object with ``embed(texts, kind)``, or
+    None for a lexical-only corpus.  Records may instead all carry
+    precomputed vectors.
     ``analyzer`` defaults to :data:`irflow.kernels.text.DEFAULT_ANALYZER`.
-    ``progress=True`` shows a bar for each phase (tokenizing, postings,
-    embedding, writing).  With
+    ``progress=True`` shows the progress of each phase (checking records,
+    tokenizing, postings, embedding, writing; see :mod:`irflow.util.progress`).  With
     ``path`` the corpus is written there (atomically; over an existing corpus
     it is a rebuild) and named after the directory unless ``name`` is given;
     a path inside another corpus is refused (OutputError).
@@ -452,7 +469,7 @@ def build(
         raise ValueError(f"batch_size must be positive, got {batch_size}")
     if isinstance(name, str):
         check_text(name, "build(): name")  # hits carry it (their source): UTF-8 text, as every name
-    prepared = prepare_records(records)
+    prepared = prepare_records(tracked(progress, "checking records", records, unit="record"))
     if not prepared:
         raise CorpusError("build() got no records; a corpus needs at least one record")
     root = None if path is None else Path(path).expanduser()

@@ -489,6 +489,6 @@ def write_generation(
         return Generation(root=root, name=name, manifest=full)
     pause_point("before-current")
     point_current(root, name, bytes_checksum(raw))
-    logger.debug("corpus %s now at %s (%d files)", root, name, len(table))
+    logger.info("committed %s: generation %s (%d files)", root, name, len(table))
     remove_superseded(root, keep=[name])
     return Generation(root=root, name=name, manifest=full)

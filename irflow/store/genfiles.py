@@ -413,6 +413,7 @@ def _remove_generation(path: Path) -> None:
             logger.warning("left %s in place: it has no readable manifest saying which files irflow wrote", path)
             return
         remove_files(path, [*listed, MANIFEST_FILE, MARKER_FILE])
+        logger.debug("removed %s: a newer generation replaced it", path)
     finally:
         os.close(fd)
 

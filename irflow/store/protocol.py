@@ -52,7 +52,7 @@ from irflow.kernels.bm25 import BM25Params, BM25Stats
 from irflow.kernels.topk import TopK
 from irflow.store.records import Record, SearchHit
 
-__all__ = ["CorpusProtocol", "Siblings", "PROTOCOL_MEMBERS"]
+__all__ = ["CorpusProtocol", "CorpusSettings", "Siblings", "PROTOCOL_MEMBERS"]
 
 
 def _int64(value: Any) -> np.ndarray:
@@ -110,6 +110,31 @@ class Siblings:
         return self.rows[self.offsets[index]:self.offsets[index + 1]]
 
 
+@attrs.frozen
+class CorpusSettings:
+    """How a corpus turns text into what it ranks: its embedder and its analyzer, by name.
+
+    What every result, evaluation and trace says it used, so two figures
+    made with different models are never mistaken for one another.
+    ``embedder`` is the spec (``"onnx:all-MiniLM-L6-v2"``, ``"hash:256"``),
+    ``"none"`` for a lexical-only corpus, or another plain phrase when no
+    spec names it (``"custom"``: a Python callable); ``analyzer`` is the
+    analyzer's name.
+
+    >>> str(CorpusSettings("hash:256", "english"))
+    'embedder hash:256, analyzer english'
+    """
+
+    embedder: str
+    analyzer: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"embedder": self.embedder, "analyzer": self.analyzer}
+
+    def __str__(self) -> str:
+        return f"embedder {self.embedder}, analyzer {self.analyzer}"
+
+
 @runtime_checkable
 class CorpusProtocol(Protocol):
     """What retrieval code may ask of a corpus.  See the module docstring for the why of each group.
@@ -136,6 +161,10 @@ class CorpusProtocol(Protocol):
     @property
     def version(self) -> int:
         """A number that changes whenever the answer to a query could change (a delete)."""
+
+    @property
+    def settings(self) -> CorpusSettings:
+        """The embedder and analyzer the corpus ranks with, by name (never loads a model)."""
 
     # -- rows -----------------------------------------------------------------------------------
 
@@ -192,7 +221,7 @@ class CorpusProtocol(Protocol):
 
 #: The members of :class:`CorpusProtocol`, for tests and wrappers.
 PROTOCOL_MEMBERS: tuple[str, ...] = (
-    "name", "n_rows", "kinds", "version",
+    "name", "n_rows", "kinds", "version", "settings",
     "record_ids_of", "artifact_ids_of", "kind_codes_of", "surface_indices_of", "records", "hits",
     "candidate_mask", "tokenize_queries", "embed_queries", "bm25_topk", "dense_topk", "sibling_rows",
 )

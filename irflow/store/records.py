@@ -18,6 +18,8 @@ from typing import Any, Callable, Mapping
 import attrs
 import numpy as np
 
+from irflow.util.fileio import shown
+
 __all__ = ["Record", "SearchHit", "POINTER_KEYS"]
 
 #: Metadata keys a hit's disclosure pointer is read from, first present wins.
@@ -46,8 +48,10 @@ def _metadata(value: Mapping[str, Any] | None) -> dict[str, Any]:
 def _optional_index(value: Any) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or int(value) != value or value < 0:
-        raise ValueError(f"surface_index must be a non-negative integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(value) or int(value) != value or not 0 <= value < 2**63:
+        # stored as int64: 10**30 would end a build in an OverflowError, NaN and inf in a ValueError of int()
+        raise ValueError(f"surface_index must be an integer from 0 to 2**63 - 1, got {shown(value)}")
     return int(value)
 
 

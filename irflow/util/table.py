@@ -15,9 +15,11 @@ rank  record
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from numbers import Integral, Real
 from typing import Any
+
+from irflow.util.unicode import escape_controls
 
 __all__ = ["render_table", "format_value", "MISSING"]
 
@@ -31,6 +33,8 @@ def format_value(value: Any, *, digits: int = 4) -> str:
     >>> format_value(0.0325224), format_value(12.3456), format_value(None), format_value(True)
     ('0.03252', '12.35', '-', 'yes')
     """
+    if type(value) is float:  # the common case (a column of scores), before the slower ABC checks
+        return _format_float(value, digits)
     if value is None:
         return MISSING
     if isinstance(value, bool):
@@ -38,18 +42,21 @@ def format_value(value: Any, *, digits: int = 4) -> str:
     if isinstance(value, Integral):
         return str(int(value))
     if isinstance(value, Real):
-        number = float(value)
-        if math.isnan(number):
-            return MISSING
-        if number == 0:
-            return "0"
-        # a fixed number of significant figures keeps rrf (0.0325) and bm25 (12.35) both readable
-        magnitude = math.floor(math.log10(abs(number))) if math.isfinite(number) else 0
-        if math.isfinite(number) and -4 <= magnitude < 6:
-            decimals = max(digits - 1 - magnitude, 0)
-            return f"{number:.{decimals}f}"
-        return f"{number:.{digits}g}"
+        return _format_float(float(value), digits)
     return str(value)
+
+
+def _format_float(number: float, digits: int) -> str:
+    if math.isnan(number):
+        return MISSING
+    if number == 0:
+        return "0"
+    # a fixed number of significant figures keeps rrf (0.0325) and bm25 (12.35) both readable
+    magnitude = math.floor(math.log10(abs(number))) if math.isfinite(number) else 0
+    if math.isfinite(number) and -4 <= magnitude < 6:
+        decimals = max(digits - 1 - magnitude, 0)
+        return f"{number:.{decimals}f}"
+    return f"{number:.{digits}g}"
 
 
 def _is_number(value: Any) -> bool:
@@ -57,29 +64,33 @@ def _is_number(value: Any) -> bool:
 
 
 def _cut(text: str, width: int) -> str:
-    text = " ".join(text.split())  # newlines and tabs would break the grid
+    # newlines and tabs would break the grid; control characters (a terminal's escape sequences) and
+    # bidirectional overrides in a record's text would act on the terminal: shown as their escapes
+    text = escape_controls(" ".join(text.split()))
     return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, max_width: int = 48,
-                 indent: str = "", right: Sequence[str] = ()) -> str:
+                 indent: str = "", right: Sequence[str] = (), widths: Mapping[str, int] | None = None) -> str:
     """``rows`` under ``headers`` as aligned plain text (numbers right-aligned).
 
     Cells are formatted with :func:`format_value` and cut to ``max_width``
-    characters; ``indent`` prefixes every line (for nested sections);
+    characters (``widths`` sets another width for the columns it names);
+    ``indent`` prefixes every line (for nested sections);
     columns named in ``right`` are right-aligned even when they hold text
     (counts like ``"40 rows"``, preformatted numbers).
     """
-    cells = [[_cut(format_value(v), max_width) for v in row] for row in rows]
+    cuts = [(widths or {}).get(h, max_width) for h in headers]
+    cells = [[_cut(format_value(v), cuts[i]) for i, v in enumerate(row)] for row in rows]
     numeric = [h in right or (all(_is_number(row[i]) or row[i] is None for row in rows)
                               and any(_is_number(row[i]) for row in rows))
                for i, h in enumerate(headers)]
-    widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
+    sizes = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
 
     def line(values: Sequence[str]) -> str:
-        parts = [v.rjust(w) if numeric[i] else v.ljust(w) for i, (v, w) in enumerate(zip(values, widths))]
+        parts = [v.rjust(w) if numeric[i] else v.ljust(w) for i, (v, w) in enumerate(zip(values, sizes))]
         return (indent + "  ".join(parts)).rstrip()
 
-    out = [line(list(headers)), (indent + "  ".join("-" * w for w in widths)).rstrip()]
+    out = [line(list(headers)), (indent + "  ".join("-" * w for w in sizes)).rstrip()]
     out.extend(line(row) for row in cells)
     return "\n".join(out)

@@ -28,7 +28,7 @@ from typing import Any
 from irflow.errors import InputError
 
 __all__ = ["lone_surrogate", "surrogate_reason", "check_text", "find_lone_surrogate", "check_value_text",
-           "argv_reason", "json_text", "escape_surrogates"]
+           "argv_reason", "json_text", "escape_surrogates", "escape_controls", "visible"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -183,3 +183,39 @@ def escape_surrogates(text: str) -> str:
     if not text.isascii() and _SURROGATE.search(text) is not None:
         text = _SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
     return text
+
+
+#: Characters shown as their escape: C0 controls but tab, newline and carriage return; DEL and C1
+#: controls; the bidirectional controls (marks, embeddings, overrides, isolates); lone surrogates
+#: (U+FFFD, below).
+_INVISIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape_code(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with the characters that act on a reader shown as their escapes (``\\x1b``, ``\\u202e``).
+
+    C0 controls but tab, newline and carriage return, DEL and the C1 controls
+    (a terminal's escape sequences), and the bidirectional controls (which
+    reorder what follows them: ``exe.txt`` turned around).  What a terminal
+    prints; lone surrogates are left to the output's encoder (a path's bytes
+    print as given).
+    """
+    if text.isascii() and text.isprintable():
+        return text
+    return _INVISIBLE.sub(_escape_code, text)
+
+
+def visible(text: str) -> str:
+    """``text`` as a report shows it: lone surrogates as U+FFFD, controls as their escapes (:func:`escape_controls`).
+
+    A Python ``str`` never holds a surrogate *pair* (JSON and Python join the
+    two halves into one character), so every surrogate left is alone.
+    """
+    if not text.isascii():
+        text = _SURROGATE.sub("\ufffd", text)
+    return escape_controls(text)
