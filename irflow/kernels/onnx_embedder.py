@@ -397,7 +397,7 @@ class OnnxEmbedder:
                         f"input_ids and attention_mask (and optionally token_type_ids): {_MODEL_FIX}"
                     )
                 self._state["session"] = (tokenizer, onnx_session, names)
-                logger.info("loaded %s (%s graph) on onnxruntime: %d intra-op threads", files.model, self.graph, threads)
+                logger.info("loaded %s on onnxruntime: %d intra-op threads (%s graph)", files.model, threads, self.graph)
             loaded: tuple[Any, Any, frozenset[str]] = self._state["session"]
             return loaded
 
