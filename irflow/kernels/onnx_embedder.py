@@ -55,6 +55,10 @@ import attrs
 import numpy as np
 
 from irflow.errors import EmbedderError
+from irflow.kernels.onnx_cache import CachedGraph, cached_graph
+from irflow.kernels.onnx_fastgraph import FAST_GRAPH_VERSION, UNFUSED, build_fast_graph
+from irflow.kernels.onnx_run import MODEL_FIX as _MODEL_FIX
+from irflow.kernels.onnx_run import batches, detail, run_batch, session
 from irflow.util.extras import install_hint
 from irflow.util.fileio import loads_json, open_regular, read_text
 from irflow.util.threads import requested_threads
@@ -63,6 +67,8 @@ from irflow.util.unicode import check_text
 __all__ = [
     "OnnxEmbedder",
     "PINNED_MODEL",
+    "FAST_MODEL",
+    "GRAPHS",
     "ONNX_EMBEDDER_VERSION",
     "pinned_model_available",
     "onnx_threads",
@@ -75,6 +81,10 @@ logger = logging.getLogger(__name__)
 #: The model the ``models`` extra installs; ``"onnx:" + PINNED_MODEL`` is the CLI's default embedder.
 PINNED_MODEL = "all-MiniLM-L6-v2"
 _PINNED_NAMES = frozenset({PINNED_MODEL, "sentence-transformers/all-MiniLM-L6-v2"})
+#: The pinned model on its fast graph (``"onnx:" + FAST_MODEL``): fused ops, integer products.
+FAST_MODEL = PINNED_MODEL + "-fast"
+#: The graphs an OnnxEmbedder runs: the model file as it is, or the pinned model's fast graph.
+GRAPHS = ("exact", "fast")
 
 #: The one command that installs the pinned model and what runs it.
 
@@ -97,11 +107,6 @@ _PINNED_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa
 # sentence_bert_config.json); the tokenizer.json file itself says 128.
 _PINNED_MAX_LENGTH = 256
 
-# Tokens per onnxruntime call: on a 2-core x86 machine batches of ~500 tokens
-# ran fastest (short texts gain ~20-40% over one text per call; 256-token
-# texts gain nothing from batching, and larger batches lose cache locality).
-_TOKEN_BUDGET = 512
-_MAX_BATCH = 64
 _DEFAULT_MAX_LENGTH = 512
 
 #: The largest tokenizer.json read (the largest published ones take tens of MB).
@@ -110,8 +115,6 @@ MAX_TOKENIZER_BYTES = 64 << 20
 MAX_CONFIG_BYTES = 1 << 20
 
 # what each message of a broken model folder says to do
-_MODEL_FIX = ("put the model's ONNX export there, copied whole (e.g. optimum-cli export onnx --model NAME FOLDER "
-              "writes model.onnx and tokenizer.json)")
 _TOKENIZER_FIX = "put the model's own tokenizer.json there (the file saved with the model, e.g. by save_pretrained)"
 _CONFIG_FIX = "restore the file the model came with, or remove it"
 
@@ -221,12 +224,6 @@ def _pinned_files() -> _Files:
     return _Files(model, tokenizer, _PINNED_MAX_LENGTH, weights_sha, _PINNED_TOKENIZER_SHA256)
 
 
-def _detail(exc: BaseException) -> str:
-    """A library's message on one line, cut to about 200 characters (onnxruntime's span many)."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 200 else text[:199] + "…"
-
-
 def _regular_file(path: Path, what: str, fix: str) -> bool:
     """True when ``path`` is a regular file, False when nothing is there; EmbedderError when something else is."""
     if not os.path.lexists(path):
@@ -318,16 +315,25 @@ class OnnxEmbedder:
     """A sentence-embedding model on onnxruntime, loaded on first use.
 
     ``model`` is :data:`PINNED_MODEL` (the ``models`` extra) or a local path
-    (see the module docstring).  ``threads`` sets onnxruntime's intra-op
-    threads (default :func:`onnx_threads`); ``max_length`` overrides the
-    model's maximum token count.  Queries and documents are embedded alike.
+    (see the module docstring).  ``graph`` is ``"exact"`` (the model file as
+    it is) or, for the pinned model only, ``"fast"`` (its fused integer graph,
+    :mod:`irflow.kernels.onnx_fastgraph`, built once and cached).  ``threads``
+    sets onnxruntime's intra-op threads (default :func:`onnx_threads`);
+    ``max_length`` overrides the model's maximum token count.  Queries and
+    documents are embedded alike.
     """
 
     model: str
     threads: int | None = None
     max_length: int | None = None
+    graph: str = attrs.field(default="exact", validator=attrs.validators.in_(GRAPHS))
     _state: dict[str, Any] = attrs.field(factory=dict, init=False, repr=False)
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self.graph == "fast" and not self.pinned:
+            raise EmbedderError(f"the fast graph is derived from the pinned {PINNED_MODEL} only, not from "
+                                f"{self.model!r}; use the 'exact' graph for a local model")
 
     @property
     def pinned(self) -> bool:
@@ -341,7 +347,7 @@ class OnnxEmbedder:
             return files
 
     def identity(self) -> dict[str, Any]:
-        """What decides the vectors: the weights' and tokenizer's sha256, the length, the code version.
+        """What decides the vectors: the weights' and tokenizer's sha256, the length, the graph, the code version.
 
         Cheap for the pinned model (the digests are pinned); a local model's
         files are hashed once.  Eval caches key corpora by it.
@@ -351,8 +357,24 @@ class OnnxEmbedder:
         else:
             files = self._files()
             weights, tokenizer, length = files.weights_sha256, files.tokenizer_sha256, files.max_length
-        return {"kind": "onnx", "weights_sha256": weights, "tokenizer_sha256": tokenizer,
-                "max_length": self.max_length or length, "pooling": "mean", "version": ONNX_EMBEDDER_VERSION}
+        identity = {"kind": "onnx", "weights_sha256": weights, "tokenizer_sha256": tokenizer,
+                    "max_length": self.max_length or length, "pooling": "mean", "version": ONNX_EMBEDDER_VERSION}
+        if self.graph == "fast":
+            identity.update(graph="fast", graph_version=FAST_GRAPH_VERSION)
+        return identity
+
+    def digest(self) -> str:
+        """The identity of the graph that computes the vectors, as a corpus manifest records it.
+
+        The exact graph: its file's sha256 (the pinned one for the pinned
+        model).  The fast graph: a sha256 of what it is derived from and how
+        (the source weights' sha256 and the transformation's version), so it
+        names the same graph whichever onnx release serialized it.
+        """
+        weights = _PINNED_WEIGHTS[2] if self.pinned else self._files().weights_sha256
+        if self.graph == "exact":
+            return weights
+        return hashlib.sha256(f"{FAST_MODEL}/{FAST_GRAPH_VERSION}/{weights}".encode("ascii")).hexdigest()
 
     def load(self) -> tuple[Any, Any, frozenset[str]]:
         """The (tokenizer, session, input names), loading and verifying the files the first time."""
@@ -360,36 +382,22 @@ class OnnxEmbedder:
         with self._lock:
             if "session" not in self._state:
                 ort = _import("onnxruntime")
-                tokenizers = _import("tokenizers")
-                try:
-                    tokenizer = tokenizers.Tokenizer.from_file(str(files.tokenizer))
-                except Exception as exc:  # noqa: BLE001 — tokenizers raises a bare Exception ("Model missing")
-                    raise EmbedderError(f"{files.tokenizer}: the tokenizers library cannot read this tokenizer file "
-                                        f"({_detail(exc)}); {_TOKENIZER_FIX}") from exc
-                # the file's own truncation (128 for all-MiniLM-L6-v2) is not the model's: 256 is
-                tokenizer.enable_truncation(max_length=self.max_length or files.max_length)
-                tokenizer.no_padding()  # padded here, per length-sorted batch
-                options = ort.SessionOptions()
-                options.intra_op_num_threads = threads = self.threads or onnx_threads()
-                options.inter_op_num_threads = 1
-                options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-                options.log_severity_level = 3
-                # idle workers sleep instead of spinning: CPU time goes to embedding, not waiting
-                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-                try:
-                    session = ort.InferenceSession(str(files.model), sess_options=options,
-                                                   providers=["CPUExecutionProvider"])
-                except Exception as exc:  # noqa: BLE001 — onnxruntime raises its own types
-                    raise EmbedderError(f"{files.model}: onnxruntime cannot load this ONNX model ({_detail(exc)}); "
-                                        f"{_MODEL_FIX}") from exc
-                names = frozenset(i.name for i in session.get_inputs())
-                if not {"input_ids", "attention_mask"} <= names:
+                tokenizer = _tokenizer(files, self.max_length)
+                model: str | bytes = str(files.model)
+                if self.graph == "fast":
+                    model = _fast_graph(ort, files).data
+                threads = self.threads or onnx_threads()
+                onnx_session = session(ort, model, files.model, threads,
+                                       unfused=UNFUSED if self.graph == "fast" else ())
+                names = frozenset(i.name for i in onnx_session.get_inputs())
+                needed = {"input_ids"} if self.graph == "fast" else {"input_ids", "attention_mask"}
+                if not needed <= names:
                     raise EmbedderError(
                         f"{files.model} takes inputs {sorted(names)}; a sentence-embedding model takes "
                         f"input_ids and attention_mask (and optionally token_type_ids): {_MODEL_FIX}"
                     )
-                self._state["session"] = (tokenizer, session, names)
-                logger.info("loaded %s on onnxruntime: %d intra-op threads", files.model, threads)
+                self._state["session"] = (tokenizer, onnx_session, names)
+                logger.info("loaded %s on onnxruntime: %d intra-op threads (%s graph)", files.model, threads, self.graph)
             loaded: tuple[Any, Any, frozenset[str]] = self._state["session"]
             return loaded
 
@@ -398,25 +406,16 @@ class OnnxEmbedder:
         texts = list(texts)
         for i, text in enumerate(texts):  # the tokenizer takes valid Unicode only (a TypeError deep in it otherwise)
             check_text(text, f"the ONNX embedder: item {i}", error=EmbedderError)
-        tokenizer, session, names = self.load()
-        encodings = tokenizer.encode_batch(texts)
-        ids = [np.asarray(e.ids, dtype=np.int64) for e in encodings]
+        tokenizer, onnx_session, names = self.load()
+        ids = [np.asarray(e.ids, dtype=np.int64) for e in tokenizer.encode_batch(texts)]
         lengths = np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
-        order = np.argsort(lengths, kind="stable")
         out: np.ndarray | None = None
-        start = 0
-        while start < len(order):
-            # grow the batch while its padded size stays within the token budget
-            stop = start + 1
-            while (stop < len(order) and stop - start < _MAX_BATCH
-                   and int(lengths[order[stop]]) * (stop + 1 - start) <= _TOKEN_BUDGET):
-                stop += 1
-            rows = order[start:stop]
-            pooled = self._run(session, names, [ids[r] for r in rows], self._files().model)
+        model = self._files().model
+        for rows in batches(lengths, same_length=self.graph == "fast"):
+            pooled = run_batch(onnx_session, names, [ids[r] for r in rows], model)
             if out is None:
                 out = np.empty((len(ids), pooled.shape[1]), dtype=np.float32)
             out[rows] = pooled
-            start = stop
         if out is None:
             return np.zeros((0, 0), dtype=np.float32)
         norms = np.sqrt(np.einsum("ij,ij->i", out.astype(np.float64), out.astype(np.float64)))
@@ -424,29 +423,23 @@ class OnnxEmbedder:
         unit: np.ndarray = (out / norms[:, None]).astype(np.float32)
         return unit
 
-    @staticmethod
-    def _run(session: Any, names: frozenset[str], batch: list[np.ndarray], model: Path) -> np.ndarray:
-        """Mean-pooled (b, dim) float32 vectors of one batch of token id arrays (``model``: for messages)."""
-        width = max(len(row) for row in batch)
-        input_ids = np.zeros((len(batch), width), dtype=np.int64)
-        mask = np.zeros((len(batch), width), dtype=np.int64)
-        for i, row in enumerate(batch):
-            input_ids[i, : len(row)] = row
-            mask[i, : len(row)] = 1
-        feeds = {"input_ids": input_ids, "attention_mask": mask}
-        if "token_type_ids" in names:
-            feeds["token_type_ids"] = np.zeros_like(input_ids)
-        try:
-            hidden = np.asarray(session.run(None, feeds)[0])
-        except Exception as exc:  # noqa: BLE001 — onnxruntime raises its own types
-            raise EmbedderError(f"{model}: onnxruntime cannot run this model on tokenized text ({_detail(exc)}); "
-                                f"{_MODEL_FIX}") from exc
-        if (hidden.ndim not in (2, 3) or hidden.shape[0] != len(batch) or hidden.shape[-1] == 0
-                or (hidden.ndim == 3 and hidden.shape[1] != width)):
-            raise EmbedderError(f"{model} outputs shape {hidden.shape} for {len(batch)} texts; a sentence-embedding "
-                                f"model outputs (texts, tokens, dim) or (texts, dim): {_MODEL_FIX}")
-        if hidden.ndim == 2:  # the export pools already
-            return hidden.astype(np.float32)
-        # each row summed over its own tokens only, so padding never changes its bits
-        return np.stack([hidden[i, : len(row)].sum(axis=0, dtype=np.float64) / len(row)
-                         for i, row in enumerate(batch)]).astype(np.float32)
+
+def _tokenizer(files: _Files, max_length: int | None) -> Any:
+    """The model's tokenizer, truncating at the model's length, padding nothing (batches are padded here)."""
+    tokenizers = _import("tokenizers")
+    try:
+        tokenizer = tokenizers.Tokenizer.from_file(str(files.tokenizer))
+    except Exception as exc:  # noqa: BLE001 — tokenizers raises a bare Exception ("Model missing")
+        raise EmbedderError(f"{files.tokenizer}: the tokenizers library cannot read this tokenizer file "
+                            f"({detail(exc)}); {_TOKENIZER_FIX}") from exc
+    # the file's own truncation (128 for all-MiniLM-L6-v2) is not the model's: 256 is
+    tokenizer.enable_truncation(max_length=max_length or files.max_length)
+    tokenizer.no_padding()  # padded here, per length-sorted batch
+    return tokenizer
+
+
+def _fast_graph(ort: Any, files: _Files) -> CachedGraph:
+    """The pinned model's fast graph: from ``$IRFLOW_HOME/cache/models``, or built from ``files`` and cached."""
+    key = {"graph": FAST_MODEL, "graph_version": FAST_GRAPH_VERSION, "source_sha256": files.weights_sha256,
+           "onnxruntime": str(ort.__version__)}
+    return cached_graph(key, lambda: build_fast_graph(files.model))

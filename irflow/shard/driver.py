@@ -47,7 +47,7 @@ import numpy as np
 
 from irflow.kernels.bm25 import BM25Params, BM25Stats, PartialStats, combine_stats
 from irflow.util.cachekey import UnkeyableError, cache_key
-from irflow.kernels.embedders import Embedder, LazyEmbedder, check_dimension
+from irflow.kernels.embedders import Embedder, LazyEmbedder, check_digest, check_dimension
 from irflow.errors import CorpusError, EmbedderError, NoLedgerEntry
 from irflow.kernels.filters import CompiledFilter, compile_filter
 from irflow.store.masks import Warned, _surface_kinds, check_surfaces, warn_unknown_field
@@ -324,6 +324,8 @@ class ShardedCorpus:
             raise EmbedderError(
                 f"{self._label()} was built with a custom embedder or precomputed vectors, which cannot be restored "
                 "from disk; pass the embedder: irflow.open_corpus(path, embedder=...)")
+        check_digest(embedder, None if self.manifest.embedder is None else self.manifest.embedder.get("digest"),
+                     self._label())
         vectors = embedder.embed_queries([texts] if isinstance(texts, str) else list(texts))
         check_dimension(embedder.describe(), int(vectors.shape[1]), self.dim)
         return vectors

@@ -28,7 +28,6 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-import attrs
 import numpy as np
 
 from irflow.store.corpus import Corpus, build, open_corpus
@@ -224,7 +223,7 @@ def shard_corpus(
             entries, analyzer_spec, info = _write_from_records(prepared, store, plan, root, corpus_name, embedder,
                                                                analyzer, batch_size, progress)
         manifest = ShardManifest(name=corpus_name, n_rows=store.n_rows, live=int(store.live.sum()), kinds=store.kinds,
-                                 analyzer=dict(analyzer_spec), embedder=None if info is None else attrs.asdict(info),
+                                 analyzer=dict(analyzer_spec), embedder=None if info is None else info.to_dict(),
                                  shards=tuple(entries))
         commit(root, manifest)
     return manifest

@@ -108,8 +108,7 @@ class ShardWorker:
         if corpus.analyzer.to_dict() != dict(analyzer):
             problems.append(f"analyzer {corpus.analyzer.to_dict()}, the other shards use {dict(analyzer)}")
         info = corpus.embedder_info
-        mine = None if info is None else {"spec": info.spec, "dim": info.dim, "description": info.description,
-                                          "source": info.source}
+        mine = None if info is None else info.to_dict()
         if mine != (None if embedder is None else dict(embedder)):
             problems.append(f"embedder {mine}, the other shards use {embedder}")
         if problems:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from irflow.errors import CorpusError
-from irflow.kernels.embedders import check_dimension, normalize_rows
+from irflow.kernels.embedders import check_digest, check_dimension, normalize_rows
 from irflow.store.records import Record
 from irflow.store.segment import CorpusContext, SegmentView
 from irflow.kernels.digests import KeyIndex
@@ -108,6 +108,8 @@ def _embedded(records: Sequence[Record], parts: Sequence[SegmentView], context: 
         if embedder is None:
             raise CorpusError(f"{label} has no embedder to embed new texts with: "
                               f"{context.no_embedder_message()}")
+        # the same graph as the corpus's vectors, or a corpus would mix two geometries
+        check_digest(embedder, None if context.embedder_info is None else context.embedder_info.digest, label)
         with bar(progress, "embedding", total=int(todo.size), unit="record", unit_scale=True) as shown:
             for start in range(0, int(todo.size), batch_size):
                 chunk = todo[start:start + batch_size]

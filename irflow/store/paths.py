@@ -13,16 +13,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from irflow.util.home import HOME_ENV, irflow_home
+
 __all__ = ["HOME_ENV", "irflow_home", "corpora_dir", "is_corpus_name", "resolve_corpus_path"]
-
-#: The environment variable naming irflow's home directory.
-HOME_ENV = "IRFLOW_HOME"
-
-
-def irflow_home() -> Path:
-    """``$IRFLOW_HOME`` if set and non-empty, else ``~/.irflow`` (read on every call, so tests can monkeypatch it)."""
-    value = os.environ.get(HOME_ENV, "").strip()
-    return Path(value).expanduser() if value else Path.home() / ".irflow"
 
 
 def corpora_dir() -> Path:

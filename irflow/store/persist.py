@@ -109,12 +109,26 @@ def postings_file(name: str, prefix: str = "") -> str:
 
 @attrs.frozen
 class EmbedderInfo:
-    """What the manifest records about the vectors: the embedder spec (None: custom callable or none) and dim."""
+    """What the manifest records about the vectors: the embedder spec (None: custom callable or none) and dim.
+
+    ``digest``: the identity of the weights or graph that embedded them
+    (:meth:`irflow.kernels.embedders.Embedder.digest`), checked before a
+    query is embedded (:func:`irflow.kernels.embedders.check_digest`); None
+    when the embedder has none, and in corpora of earlier releases.
+    """
 
     spec: str | None
     dim: int
     description: str = ""
     source: str = attrs.field(default="embedded", validator=attrs.validators.in_(("embedded", "precomputed")))
+    digest: str | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest's entry; ``digest`` only when known, so a corpus without one reads as before."""
+        entry = attrs.asdict(self)
+        if self.digest is None:
+            del entry["digest"]
+        return entry
 
 
 @attrs.frozen
@@ -197,7 +211,7 @@ def save_corpus(
         },
         "kinds": list(store.kinds),
         "analyzer": dict(analyzer),
-        "embedder": None if embedder is None else attrs.asdict(embedder),
+        "embedder": None if embedder is None else embedder.to_dict(),
         "postings_arrays": sorted(postings.arrays()),
     }
     with gens.locked(root):

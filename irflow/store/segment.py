@@ -35,7 +35,7 @@ from irflow.kernels import bm25 as _bm25
 from irflow.kernels import dense as _dense
 from irflow.kernels import dense_kernel as _dense_kernel
 from irflow.kernels.columns import MetadataColumns
-from irflow.kernels.embedders import LazyEmbedder, check_dimension
+from irflow.kernels.embedders import LazyEmbedder, check_digest, check_dimension
 from irflow.kernels.filters import CompiledFilter
 from irflow.kernels.postings import Postings
 from irflow.kernels.text import Analyzer
@@ -132,6 +132,7 @@ class CorpusContext:
         embedder = self.query_embedder.get()
         if embedder is None:
             raise EmbedderError(self.no_embedder_message())
+        check_digest(embedder, None if self.embedder_info is None else self.embedder_info.digest, self.label())
         vectors = embedder.embed_queries([texts] if isinstance(texts, str) else list(texts))
         check_dimension(embedder.describe(), int(vectors.shape[1]), dim)
         return vectors

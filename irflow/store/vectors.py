@@ -119,7 +119,8 @@ def _embedded_vectors(
         raise CorpusError("no texts to embed")
     if len(distinct) < len(texts):
         matrix = matrix[inverse]
-    info = EmbedderInfo(spec=embedder.spec, dim=int(matrix.shape[1]), description=embedder.describe(), source="embedded")
+    info = EmbedderInfo(spec=embedder.spec, dim=int(matrix.shape[1]), description=embedder.describe(), source="embedded",
+                        digest=embedder.digest())
     return matrix, info
 
 
