@@ -51,12 +51,16 @@ from irflow.kernels.embedders import Embedder, LazyEmbedder, check_dimension
 from irflow.errors import CorpusError, EmbedderError, NoLedgerEntry
 from irflow.kernels.filters import CompiledFilter, compile_filter
 from irflow.store.masks import Warned, _surface_kinds, check_surfaces, warn_unknown_field
+from irflow.store.generations import LOCK_TIMEOUT
+from irflow.store.mergepolicy import MergePolicy
 from irflow.store.paths import resolve_corpus_path
 from irflow.store.protocol import CorpusSettings, Siblings
 from irflow.store.records import Record, SearchHit
 from irflow.shard.backend import Backend, Call, InProcessBackend
+from irflow.shard.worker import ShardWorker
 from irflow.kernels.rowmap import RowMap, merge_topk
 from irflow.shard.disk import open_committed
+from irflow.shard.living import ShardedUpdates
 from irflow.shard.manifest import ShardManifest
 from irflow.shard.ray_backend import RayBackend  # imports Ray itself only when a RayBackend is made
 from irflow.kernels.text import Analyzer
@@ -76,13 +80,17 @@ def _readonly(array: np.ndarray) -> np.ndarray:
     return view
 
 
-class ShardedCorpus:
+class ShardedCorpus(ShardedUpdates):
     """A corpus split into shards, served in-process or by Ray actors; a drop-in for :class:`~irflow.store.corpus.Corpus`.
 
     Made by :meth:`open` (or :func:`irflow.open_corpus` on a sharded
-    directory, or :func:`irflow.shard`), not by hand.  Read-only: shards
-    are checked against the manifest when opened.  ``close()`` (or a
-    ``with`` block) releases the shards (Ray actors are ended).
+    directory, or :func:`irflow.shard`), not by hand.  Shards are checked
+    against the manifest when opened.  It takes a corpus's updates
+    (``add``, ``upsert``, ``delete``, ``put_artifact``, ``delete_artifact``,
+    ``batch``, ``compact``, ``refresh``: :mod:`irflow.shard.living`) and
+    answers afterwards as the single corpus after the same operations.
+    ``close()`` (or a ``with`` block) releases the shards (Ray actors are
+    ended).
     """
 
     def __init__(self, root: Path, manifest: ShardManifest, backend: Backend, rows: RowMap, *,
@@ -93,6 +101,11 @@ class ShardedCorpus:
         self.backend = backend
         self.rows = rows
         self._held: contextlib.ExitStack | None = None  # the shards' generations, held against removal (Ray)
+        self._options: dict[str, Any] = dict(ray=None, embedder=embedder, verify=True, ray_options={})
+        self._version = 0  # one more per sharding served (updates, refresh)
+        self._pinned: ShardedCorpus | None = None
+        self._merge_policy = MergePolicy()
+        self._lock_timeout: float | None = LOCK_TIMEOUT
         self._lock = threading.RLock()
         spec = None if manifest.embedder is None else manifest.embedder.get("spec")
         self._query_embedder = LazyEmbedder(embedder if embedder is not None else spec)
@@ -137,23 +150,49 @@ class ShardedCorpus:
         root = resolve_corpus_path(path_or_name)
         if ray is None and ray_options:
             raise TypeError(f"unexpected options {sorted(ray_options)} without ray=")
+        options = dict(ray=ray, embedder=embedder, verify=verify, ray_options=ray_options)
+        return open_committed(root, lambda manifest, rows, held: cls._make(root, manifest, rows, held, options))
 
-        def make(manifest: ShardManifest, rows: list[np.ndarray], held: contextlib.ExitStack) -> ShardedCorpus:
-            backend: Backend | None = None
-            try:
-                if ray is None:
-                    backend = InProcessBackend(root, manifest, verify=verify)
-                else:
-                    backend = RayBackend(root, manifest, address=ray, verify=verify, **ray_options)
-                corpus = cls(root, manifest, backend, RowMap(rows), embedder=embedder)
-            except BaseException:
-                if backend is not None:
-                    backend.close()
-                raise
-            if ray is not None:  # a Ray actor restarted later reopens its shard: keep it on disk until close()
-                corpus._held = held.pop_all()
-            return corpus  # (in this process: opened and mapped, and the maps outlive the files)
-        return open_committed(root, make)
+    @classmethod
+    def _make(cls, root: Path, manifest: ShardManifest, rows: list[np.ndarray], held: contextlib.ExitStack,
+              options: dict[str, Any], workers: Sequence[ShardWorker] = ()) -> "ShardedCorpus":
+        """The corpus of one committed sharding (its generations held while this runs); *workers* may be reused."""
+        ray = options["ray"]
+        backend: Backend | None = None
+        try:
+            if ray is None:
+                backend = InProcessBackend(root, manifest, verify=options["verify"], reuse=workers)
+            else:
+                backend = RayBackend(root, manifest, address=ray, verify=options["verify"], **options["ray_options"])
+            corpus = cls(root, manifest, backend, RowMap(rows), embedder=options["embedder"])
+        except BaseException:
+            if backend is not None and ray is not None:
+                backend.close()
+            raise
+        corpus._options = options
+        if ray is not None:  # a Ray actor restarted later reopens its shard: keep it on disk until close()
+            corpus._held = held.pop_all()
+        return corpus  # (in this process: opened and mapped, and the maps outlive the files)
+
+    def _reload(self) -> None:
+        """Serve the sharding committed now (after an update, or another process's): one swap of the served state.
+
+        A run that pinned the previous state (``snapshot()``) keeps reading
+        it in this process; with Ray the previous actors are ended.
+        """
+        workers = self.backend.workers if isinstance(self.backend, InProcessBackend) else ()
+        fresh = open_committed(self.path, lambda manifest, rows, held: type(self)._make(
+            self.path, manifest, rows, held, self._options, workers))
+        with self._lock:
+            old_backend, old_held = self.backend, self._held
+            version = self._version + 1
+            state = {k: v for k, v in fresh.__dict__.items() if k not in ("_lock", "_merge_policy", "_lock_timeout")}
+            self.__dict__.update(state)
+            self._version = version
+        if not isinstance(old_backend, InProcessBackend):  # in this process, a pinned state keeps its workers
+            old_backend.close()
+        if old_held is not None:
+            old_held.close()
 
     def close(self) -> None:
         """Release the shards (end their Ray actors, let writers remove their files); the corpus cannot answer afterwards."""
@@ -201,8 +240,8 @@ class ShardedCorpus:
 
     @property
     def version(self) -> int:
-        """Always 0: a sharded corpus is read-only (deleting means resharding), so answers never go stale."""
-        return 0
+        """The number of shardings served so far before this one (0 as opened; one more per update or refresh)."""
+        return self._version
 
     @property
     def kinds(self) -> tuple[str, ...]:

@@ -115,6 +115,7 @@ class ShardWorker:
         if problems:
             raise CorpusError(f"{label} disagrees with the shard manifest: {'; '.join(problems)}; shard the corpus again")
         # hits, ledger messages and the like name the sharded corpus, as one machine would
+        self.name = name
         corpus.name = name
         corpus.store.name = name
         self._masks: collections.OrderedDict[Any, np.ndarray] = collections.OrderedDict()
@@ -214,16 +215,29 @@ class ShardWorker:
         The statistics rows are the candidates (``mode="candidates"``) or
         every live row (``"corpus"``), as :meth:`Corpus.bm25_topk` takes them.
         """
-        corpus = self.corpus
-        deleted = len(corpus) != corpus.n_rows
-        if mode == "corpus":
-            rows = corpus.live if deleted else None
-        else:
-            mask = self._mask(ref)
-            rows = (corpus.live if deleted else None) if mask is None else (mask & corpus.live if deleted else mask)
-        part = partial_stats(corpus.postings, rows, tokens, vocabulary=vocabulary)
-        return (part.n_docs, part.total_length, dict(part.df),
-                None if part.vocabulary is None else dict(part.vocabulary))
+        view = self.corpus.snapshot()
+        segments = getattr(view, "parts", None) or [view]  # a shard updated in place has several segments
+        mask = None if mode == "corpus" else self._mask(ref)
+        masks = [None] * len(segments) if mask is None else self._split(view, segments, mask)
+        shares = [partial_stats(part.postings, part.stats_rows(m, mode), tokens, vocabulary=vocabulary)
+                  for part, m in zip(segments, masks)]
+        df: dict[str, int] = {}
+        vocab: dict[str, int] | None = {} if vocabulary else None
+        for share in shares:
+            for token, count in share.df.items():
+                df[token] = df.get(token, 0) + count
+            if vocab is not None and share.vocabulary is not None:
+                for token, count in share.vocabulary.items():
+                    vocab[token] = vocab.get(token, 0) + count
+        return (sum(p.n_docs for p in shares), sum(p.total_length for p in shares), df, vocab)
+
+    @staticmethod
+    def _split(view: Any, segments: Sequence[Any], mask: np.ndarray) -> list[np.ndarray]:
+        """A shard-wide mask's part on each of its segments."""
+        if len(segments) == 1:
+            return [mask]
+        split: list[np.ndarray] = view.rowmap.split(mask)
+        return split
 
     def bm25(self, ref: MaskRef, tokens: Sequence[Sequence[str]], fetch_k: int, params: Mapping[str, Any],
              stats: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

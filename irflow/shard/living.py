@@ -1,0 +1,131 @@
+"""A sharded corpus's updates, as a corpus has them: add, upsert, delete, put_artifact, delete_artifact, batch, compact.
+
+Mixed into :class:`~irflow.shard.driver.ShardedCorpus`.  Every update is
+made on disk by this process (:mod:`irflow.shard.updating`: one validation
+over every shard, one commit of one new ``shards.json``), then the corpus
+serves the sharding it committed — in this process, or in new Ray actors
+(the previous ones are ended).  ``refresh()`` picks up what another
+process committed.  A run that started before an update (it pinned
+``snapshot()``) finishes on the sharding it started on, in this process.
+
+>>> # sharded = irflow.open_corpus("corpus.sharded")
+>>> # sharded.add([{"artifact_id": "graphy", "surface_kind": "name", "text": "graphy"}]).added
+>>> # list(sharded) == list(single)        # the single corpus after the same operations
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from irflow.store.generations import LOCK_TIMEOUT
+from irflow.store.mergepolicy import MergePolicy
+from irflow.store.records import Record
+from irflow.store.updates import Batch, Operation, UpdateReport
+from irflow.shard.disk import moved
+from irflow.shard.updating import update_sharded
+
+__all__ = ["ShardedUpdates"]
+
+#: Records fetched per round while iterating a sharded corpus.
+ITER_CHUNK = 1024
+
+
+class ShardedUpdates:
+    """The update members of a sharded corpus (each one atomic commit of every shard it changes)."""
+
+    _merge_policy: MergePolicy
+    _lock_timeout: float | None
+
+    def add(self, records: Iterable[Record | Mapping[str, Any]], *, progress: bool = False,
+            batch_size: int = 512) -> UpdateReport:
+        """Add records as one commit (see :meth:`irflow.Corpus.add`); a new artifact goes to the last shard."""
+        return self._update([Operation.of_records("add", records)], progress, batch_size)
+
+    def upsert(self, records: Iterable[Record | Mapping[str, Any]], *, progress: bool = False,
+               batch_size: int = 512) -> UpdateReport:
+        """Add records; one whose id is live replaces it (in the shard holding its artifact)."""
+        return self._update([Operation.of_records("upsert", records)], progress, batch_size)
+
+    def delete(self, record_ids: Iterable[str] | str, *, missing: str = "error") -> UpdateReport:
+        """Delete records by id, in whichever shard holds them (``missing="ok"``: warn about ids not live)."""
+        return self._update([Operation.of_ids(record_ids, missing)], False, 512)
+
+    def put_artifact(self, artifact_id: str, records: Iterable[Record | Mapping[str, Any]], *,
+                     progress: bool = False, batch_size: int = 512) -> UpdateReport:
+        """Replace every surface of an artifact at once (in the shard holding it; empty: delete it)."""
+        return self._update([Operation.of_records("put_artifact", records, artifact=str(artifact_id))], progress,
+                            batch_size)
+
+    def delete_artifact(self, artifact_id: str, *, missing: str = "error") -> UpdateReport:
+        """Delete every live record of an artifact."""
+        return self._update([Operation("delete_artifact", artifact=str(artifact_id), missing=missing)], False, 512)
+
+    def batch(self, *, progress: bool = False, batch_size: int = 512) -> Batch:
+        """Several operations as one commit: ``with sharded.batch() as b: b.add(...); b.delete(...)``."""
+        return Batch(lambda operations: self._update(operations, progress, batch_size))
+
+    def compact(self, *, progress: bool = False) -> UpdateReport:
+        """Merge each shard's segments into one, without deleted rows (answers unchanged; global rows renumbered)."""
+        return self._update([], progress, 512, compact=True)
+
+    def refresh(self) -> bool:
+        """Serve the sharding committed now (another process's update); True when it changed."""
+        if not moved(self.path, self.manifest):  # type: ignore[attr-defined]
+            return False
+        self._reload()  # type: ignore[attr-defined]
+        return True
+
+    @property
+    def merge_policy(self) -> MergePolicy:
+        """When a shard's segments merge by themselves after a commit (each shard by itself)."""
+        return self._merge_policy
+
+    @merge_policy.setter
+    def merge_policy(self, policy: MergePolicy) -> None:
+        if not isinstance(policy, MergePolicy):
+            raise TypeError(f"merge_policy must be a MergePolicy, got {type(policy).__name__}")
+        self._merge_policy = policy
+
+    @property
+    def lock_timeout(self) -> float | None:
+        """How long an update waits for another process's commit to this sharded corpus (seconds; None: no limit)."""
+        return self._lock_timeout
+
+    @lock_timeout.setter
+    def lock_timeout(self, seconds: float | None) -> None:
+        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0):
+            raise ValueError(f"lock_timeout must be a number of seconds >= 0 or None, got {seconds!r}")
+        self._lock_timeout = seconds
+
+    def _update(self, operations: Sequence[Operation], progress: bool, batch_size: int, *,
+                compact: bool = False) -> UpdateReport:
+        report, committed = update_sharded(
+            self.path, operations, embedder=self._options["embedder"], compact=compact,  # type: ignore[attr-defined]
+            policy=self._merge_policy, lock_timeout=self._lock_timeout, progress=progress, batch_size=batch_size)
+        if committed or moved(self.path, self.manifest):  # type: ignore[attr-defined]
+            self._reload()  # type: ignore[attr-defined]
+        return report
+
+    # -- reading one state ------------------------------------------------------------------
+
+    def snapshot(self) -> Any:
+        """The sharding served now, as a corpus that never changes (a recipe run pins it when it starts)."""
+        with self._lock:  # type: ignore[attr-defined]
+            pinned = self._pinned  # type: ignore[has-type]
+            if pinned is None or pinned.manifest is not self.manifest:  # type: ignore[attr-defined]
+                pinned = copy.copy(self)
+                pinned._pinned = pinned
+                self._pinned = pinned
+        return pinned
+
+    def __iter__(self) -> Iterator[Record]:
+        """The live records in global row order (one machine's ``list(corpus)``), from one state."""
+        state = self.snapshot()
+        parts = state._everywhere("columns", None, ["live"])
+        rows = np.sort(np.concatenate([state.rows.to_global(s, np.flatnonzero(part["live"]))
+                                       for s, part in enumerate(parts)]))
+        for start in range(0, rows.size, ITER_CHUNK):
+            yield from state.records(rows[start:start + ITER_CHUNK])
