@@ -116,7 +116,8 @@ class ShardedCorpus(ShardedUpdates):
         self._records: collections.OrderedDict[int, Record] = collections.OrderedDict()
         self.warned = Warned()  # ("field" | "surface", name) already warned about, as one machine keeps them
         global_code = {kind: code for code, kind in enumerate(manifest.kinds)}
-        self._code_maps = [np.array([global_code[k] for k in entry.kinds], dtype=np.int32)
+        # a trailing -1: a shard's code -1 (a deleted row of a kind no live record has) maps to -1
+        self._code_maps = [np.array([global_code[k] for k in entry.kinds] + [-1], dtype=np.int32)
                            for entry in manifest.shards]
         self.shard_info = self._everywhere("info")
         prints = {info["math"] for info in self.shard_info}

@@ -195,6 +195,21 @@ def _entry(shard: _Shard, generation: gens.Generation, rows: np.ndarray) -> Shar
                       rows_file=None if contiguous else ROWS_FILE)
 
 
+def _kinds(shards: Sequence[_Shard], rows: Sequence[np.ndarray]) -> list[str]:
+    """The live records' kinds in order of first appearance in the global row order (one machine's ``kinds``)."""
+    first: dict[str, int] = {}
+    for shard, global_rows in zip(shards, rows):
+        corpus = shard.corpus
+        live = np.flatnonzero(corpus.live)
+        codes = np.asarray(corpus.kind_codes_of(live))
+        found, at = np.unique(codes, return_index=True)
+        for code, position in zip(found.tolist(), at.tolist()):
+            if code >= 0:
+                kind = corpus.kinds[code]
+                first[kind] = min(first.get(kind, 1 << 62), int(global_rows[live[position]]))
+    return sorted(first, key=first.__getitem__)
+
+
 def _manifest(old: ShardManifest, shards: Sequence[_Shard]) -> ShardManifest:
     """The new manifest: global rows renumbered by rank of the kept keys, changed shards' new generations."""
     everything = np.sort(np.concatenate([shard.keys for shard in shards]))
@@ -205,10 +220,7 @@ def _manifest(old: ShardManifest, shards: Sequence[_Shard]) -> ShardManifest:
             entries.append(shard.entry)  # untouched: its generation as it was
         else:
             entries.append(_entry(shard, _with_rows(shard, rows), rows))
-    present: dict[str, None] = {}
-    for entry in entries:
-        present.update(dict.fromkeys(entry.kinds))
-    kinds = [k for k in old.kinds if k in present] + [k for k in present if k not in old.kinds]
+    kinds = _kinds(shards, [np.searchsorted(everything, shard.keys) for shard in shards])
     return ShardManifest(name=old.name, n_rows=int(everything.size), live=sum(e.live for e in entries),
                          kinds=tuple(kinds), analyzer=dict(old.analyzer),
                          embedder=None if old.embedder is None else dict(old.embedder), shards=tuple(entries))

@@ -256,10 +256,14 @@ class ShardWorker:
 
     def columns(self, rows: np.ndarray, names: Sequence[str]) -> dict[str, np.ndarray]:
         """Per-row columns at local ``rows`` (``None``: every row): record_id, artifact_id, kind_code, surface_index, live."""
-        store = self.corpus.store
-        source = {"record_id": store.record_ids, "artifact_id": store.artifact_ids, "kind_code": store.kind_codes,
-                  "surface_index": store.surface_indices, "live": store.live}
-        return {name: (np.array(source[name]) if rows is None else source[name][rows]) for name in names}
+        corpus = self.corpus
+        if rows is None:
+            rows = np.arange(corpus.n_rows, dtype=np.int64)
+        # the corpus's own lookups: a shard of several segments numbers its kinds as its live records have them
+        source = {"record_id": corpus.record_ids_of, "artifact_id": corpus.artifact_ids_of,
+                  "kind_code": corpus.kind_codes_of, "surface_index": corpus.surface_indices_of,
+                  "live": lambda r: corpus.live[r]}
+        return {name: np.asarray(source[name](rows)) for name in names}
 
     def records(self, rows: Sequence[int]) -> list[Any]:
         """The records at local ``rows`` (no vectors)."""
