@@ -184,8 +184,8 @@ def test_readers_and_other_processes_see_committed_states(trio):
 def test_merges_by_policy_keep_the_answers(trio):
     _, pairs = trio
     single, sharded = pairs[1]
-    sharded.merge_policy = irflow.MergePolicy(segments_per_tier=2)
-    single.merge_policy = irflow.MergePolicy(segments_per_tier=2)
+    sharded.merge_policy = irflow.MergePolicy(merge_factor=2)
+    single.merge_policy = irflow.MergePolicy(merge_factor=2)
     for i in range(5):
         last = list(single)[-1].id
         _both([pairs[1]], "add", _new(f"zz-{i}", 2, ["sql", "graph", "json"][i % 3]))
@@ -234,7 +234,7 @@ def test_a_killed_update_leaves_the_old_or_the_new_state(tmp_path, point):
     single = irflow.build(records(10), embedder="hash", path=tmp_path / "single")
     sharded = shard(single, 2, tmp_path / "sharded")
     old = _dicts(sharded)
-    new_single = irflow.build(records(10), embedder="hash")
+    new_single = irflow.build(records(10), embedder="hash", name="single")
     with new_single.batch() as b:
         b.add([{"artifact_id": "zz-kill", "surface_kind": "name", "text": "killed python parser"},
                {"artifact_id": "pkg01", "surface_kind": "deps", "text": "pkg01 killed deps"}])
