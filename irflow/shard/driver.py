@@ -56,13 +56,11 @@ from irflow.store.mergepolicy import MergePolicy
 from irflow.store.paths import resolve_corpus_path
 from irflow.store.protocol import CorpusSettings, Siblings
 from irflow.store.records import Record, SearchHit
-from irflow.shard.backend import Backend, Call, InProcessBackend
-from irflow.shard.worker import ShardWorker
+from irflow.shard.backend import Backend, Call
 from irflow.kernels.rowmap import RowMap, merge_topk
 from irflow.shard.disk import open_committed
 from irflow.shard.living import ShardedUpdates
 from irflow.shard.manifest import ShardManifest
-from irflow.shard.ray_backend import RayBackend  # imports Ray itself only when a RayBackend is made
 from irflow.kernels.text import Analyzer
 from irflow.kernels.topk import TopK
 
@@ -153,47 +151,6 @@ class ShardedCorpus(ShardedUpdates):
             raise TypeError(f"unexpected options {sorted(ray_options)} without ray=")
         options = dict(ray=ray, embedder=embedder, verify=verify, ray_options=ray_options)
         return open_committed(root, lambda manifest, rows, held: cls._make(root, manifest, rows, held, options))
-
-    @classmethod
-    def _make(cls, root: Path, manifest: ShardManifest, rows: list[np.ndarray], held: contextlib.ExitStack,
-              options: dict[str, Any], workers: Sequence[ShardWorker] = ()) -> "ShardedCorpus":
-        """The corpus of one committed sharding (its generations held while this runs); *workers* may be reused."""
-        ray = options["ray"]
-        backend: Backend | None = None
-        try:
-            if ray is None:
-                backend = InProcessBackend(root, manifest, verify=options["verify"], reuse=workers)
-            else:
-                backend = RayBackend(root, manifest, address=ray, verify=options["verify"], **options["ray_options"])
-            corpus = cls(root, manifest, backend, RowMap(rows), embedder=options["embedder"])
-        except BaseException:
-            if backend is not None and ray is not None:
-                backend.close()
-            raise
-        corpus._options = options
-        if ray is not None:  # a Ray actor restarted later reopens its shard: keep it on disk until close()
-            corpus._held = held.pop_all()
-        return corpus  # (in this process: opened and mapped, and the maps outlive the files)
-
-    def _reload(self) -> None:
-        """Serve the sharding committed now (after an update, or another process's): one swap of the served state.
-
-        A run that pinned the previous state (``snapshot()``) keeps reading
-        it in this process; with Ray the previous actors are ended.
-        """
-        workers = self.backend.workers if isinstance(self.backend, InProcessBackend) else ()
-        fresh = open_committed(self.path, lambda manifest, rows, held: type(self)._make(
-            self.path, manifest, rows, held, self._options, workers))
-        with self._lock:
-            old_backend, old_held = self.backend, self._held
-            version = self._version + 1
-            state = {k: v for k, v in fresh.__dict__.items() if k not in ("_lock", "_merge_policy", "_lock_timeout")}
-            self.__dict__.update(state)
-            self._version = version
-        if not isinstance(old_backend, InProcessBackend):  # in this process, a pinned state keeps its workers
-            old_backend.close()
-        if old_held is not None:
-            old_held.close()
 
     def close(self) -> None:
         """Release the shards (end their Ray actors, let writers remove their files); the corpus cannot answer afterwards."""

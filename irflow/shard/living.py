@@ -15,16 +15,22 @@ process committed.  A run that started before an update (it pinned
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from irflow.store.generations import LOCK_TIMEOUT
 from irflow.store.mergepolicy import MergePolicy
 from irflow.store.records import Record
 from irflow.store.updates import Batch, Operation, UpdateReport
-from irflow.shard.disk import moved
+from irflow.kernels.rowmap import RowMap
+from irflow.shard.backend import Backend, InProcessBackend
+from irflow.shard.manifest import ShardManifest
+from irflow.shard.ray_backend import RayBackend  # imports Ray itself only when a RayBackend is made
+from irflow.shard.worker import ShardWorker
+from irflow.shard.disk import moved, open_committed
 from irflow.shard.updating import update_sharded
 
 __all__ = ["ShardedUpdates"]
@@ -108,6 +114,47 @@ class ShardedUpdates:
         if committed or moved(self.path, self.manifest):  # type: ignore[attr-defined]
             self._reload()  # type: ignore[attr-defined]
         return report
+
+    @classmethod
+    def _make(cls, root: Path, manifest: ShardManifest, rows: list[np.ndarray], held: contextlib.ExitStack,
+              options: dict[str, Any], workers: Sequence[ShardWorker] = ()) -> Any:
+        """The corpus of one committed sharding (its generations held while this runs); *workers* may be reused."""
+        ray = options["ray"]
+        backend: Backend | None = None
+        try:
+            if ray is None:
+                backend = InProcessBackend(root, manifest, verify=options["verify"], reuse=workers)
+            else:
+                backend = RayBackend(root, manifest, address=ray, verify=options["verify"], **options["ray_options"])
+            corpus = cls(root, manifest, backend, RowMap(rows), embedder=options["embedder"])  # type: ignore[call-arg]
+        except BaseException:
+            if backend is not None and ray is not None:
+                backend.close()
+            raise
+        corpus._options = options
+        if ray is not None:  # a Ray actor restarted later reopens its shard: keep it on disk until close()
+            corpus._held = held.pop_all()
+        return corpus  # (in this process: opened and mapped, and the maps outlive the files)
+
+    def _reload(self) -> None:
+        """Serve the sharding committed now (after an update, or another process's): one swap of the served state.
+
+        A run that pinned the previous state (``snapshot()``) keeps reading
+        it in this process; with Ray the previous actors are ended.
+        """
+        workers = self.backend.workers if isinstance(self.backend, InProcessBackend) else ()  # type: ignore[attr-defined]
+        fresh = open_committed(self.path, lambda manifest, rows, held: type(self)._make(  # type: ignore[attr-defined]
+            self.path, manifest, rows, held, self._options, workers))  # type: ignore[attr-defined]
+        with self._lock:
+            old_backend, old_held = self.backend, self._held
+            version = self._version + 1
+            state = {k: v for k, v in fresh.__dict__.items() if k not in ("_lock", "_merge_policy", "_lock_timeout")}
+            self.__dict__.update(state)
+            self._version = version
+        if not isinstance(old_backend, InProcessBackend):  # in this process, a pinned state keeps its workers
+            old_backend.close()
+        if old_held is not None:
+            old_held.close()
 
     # -- reading one state ------------------------------------------------------------------
 
