@@ -101,7 +101,7 @@ class ShardedCorpus(ShardedUpdates):
         self._held: contextlib.ExitStack | None = None  # the shards' generations, held against removal (Ray)
         self._options: dict[str, Any] = dict(ray=None, embedder=embedder, verify=True, ray_options={})
         self._version = 0  # one more per sharding served (updates, refresh)
-        self._pinned: ShardedCorpus | None = None
+        self._pinned = None  # the state snapshot() hands out (irflow.shard.living)
         self._merge_policy = MergePolicy()
         self._lock_timeout: float | None = LOCK_TIMEOUT
         self._lock = threading.RLock()

@@ -42,8 +42,20 @@ ITER_CHUNK = 1024
 class ShardedUpdates:
     """The update members of a sharded corpus (each one atomic commit of every shard it changes)."""
 
+    # what ShardedCorpus holds (irflow.shard.driver)
+    path: Path
+    manifest: ShardManifest
+    backend: Backend
+    rows: RowMap
     _merge_policy: MergePolicy
     _lock_timeout: float | None
+    _options: dict[str, Any]
+    _held: contextlib.ExitStack | None
+    _lock: Any
+    _version: int
+    _pinned: Any
+    _everywhere: Any
+    records: Any
 
     def add(self, records: Iterable[Record | Mapping[str, Any]], *, progress: bool = False,
             batch_size: int = 512) -> UpdateReport:
@@ -79,9 +91,9 @@ class ShardedUpdates:
 
     def refresh(self) -> bool:
         """Serve the sharding committed now (another process's update); True when it changed."""
-        if not moved(self.path, self.manifest):  # type: ignore[attr-defined]
+        if not moved(self.path, self.manifest):
             return False
-        self._reload()  # type: ignore[attr-defined]
+        self._reload()
         return True
 
     @property
@@ -109,10 +121,10 @@ class ShardedUpdates:
     def _update(self, operations: Sequence[Operation], progress: bool, batch_size: int, *,
                 compact: bool = False) -> UpdateReport:
         report, committed = update_sharded(
-            self.path, operations, embedder=self._options["embedder"], compact=compact,  # type: ignore[attr-defined]
+            self.path, operations, embedder=self._options["embedder"], compact=compact,
             policy=self._merge_policy, lock_timeout=self._lock_timeout, progress=progress, batch_size=batch_size)
-        if committed or moved(self.path, self.manifest):  # type: ignore[attr-defined]
-            self._reload()  # type: ignore[attr-defined]
+        if committed or moved(self.path, self.manifest):
+            self._reload()
         return report
 
     @classmethod
@@ -142,9 +154,9 @@ class ShardedUpdates:
         A run that pinned the previous state (``snapshot()``) keeps reading
         it in this process; with Ray the previous actors are ended.
         """
-        workers = self.backend.workers if isinstance(self.backend, InProcessBackend) else ()  # type: ignore[attr-defined]
-        fresh = open_committed(self.path, lambda manifest, rows, held: type(self)._make(  # type: ignore[attr-defined]
-            self.path, manifest, rows, held, self._options, workers))  # type: ignore[attr-defined]
+        workers = self.backend.workers if isinstance(self.backend, InProcessBackend) else ()
+        fresh = open_committed(self.path, lambda manifest, rows, held: type(self)._make(
+            self.path, manifest, rows, held, self._options, workers))
         with self._lock:
             old_backend, old_held = self.backend, self._held
             version = self._version + 1
@@ -160,9 +172,9 @@ class ShardedUpdates:
 
     def snapshot(self) -> Any:
         """The sharding served now, as a corpus that never changes (a recipe run pins it when it starts)."""
-        with self._lock:  # type: ignore[attr-defined]
-            pinned = self._pinned  # type: ignore[has-type]
-            if pinned is None or pinned.manifest is not self.manifest:  # type: ignore[attr-defined]
+        with self._lock:
+            pinned = self._pinned
+            if pinned is None or pinned.manifest is not self.manifest:
                 pinned = copy.copy(self)
                 pinned._pinned = pinned
                 self._pinned = pinned
