@@ -134,14 +134,14 @@ def test_a_reshard_keeps_what_a_reader_holds_and_the_next_one_removes_it(sources
 
 def test_a_corpus_served_on_ray_keeps_its_shards_on_disk_until_closed(sources, tmp_path, monkeypatch):
     # a Ray actor restarted after a crash reopens its shard: the driver holds the generations while it is open
-    from irflow.shard import driver
+    from irflow.shard import living
     from irflow.shard.backend import InProcessBackend
 
     class FakeRay(InProcessBackend):
         def __init__(self, root, manifest, *, address, verify=True, **options):
             super().__init__(root, manifest, verify=verify)
 
-    monkeypatch.setattr(driver, "RayBackend", FakeRay)
+    monkeypatch.setattr(living, "RayBackend", FakeRay)  # where a served sharding's backend is made
     a, b, of_a, of_b = sources
     root = tmp_path / "S"
     shard(irflow.open_corpus(a), 3, root).close()

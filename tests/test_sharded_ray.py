@@ -443,3 +443,32 @@ def test_cli_joins_a_running_cluster_at_its_loopback_address(corpora, tmp_path):
     here = CliRunner().invoke(cli, args)
     assert here.exit_code == 0, here.output
     assert json.loads(joined.stdout)["queries"] == json.loads(here.output)["queries"]
+
+
+# -- updates ------------------------------------------------------------------------------------------
+
+
+def test_updates_through_a_ray_served_sharded_corpus_answer_as_the_single_corpus(cluster, tmp_path):
+    """Updates are made on disk by this process; the Ray actors then serve the committed sharding."""
+    from test_sharded_updates import _dicts, _new, assert_sharded_answers
+
+    single = build(records(12), embedder="hash", path=tmp_path / "single")
+    shard(single, 2, tmp_path / "sharded").close()
+    sharded = irflow.open_corpus(tmp_path / "sharded", ray="auto")
+    try:
+        steps = [("add", (_new("zz-ray", 2) + [{"artifact_id": "pkg01", "surface_kind": "deps", "text": "pkg01 sql"}],)),
+                 ("delete", ([r.id for r in list(single)[3:30:7]],)),
+                 ("put_artifact", ("pkg04", _new("pkg04", 2, "graph network"))),
+                 ("delete_artifact", ("pkg05",)),
+                 ("compact", ())]
+        for method, args in steps:
+            getattr(single, method)(*args)
+            getattr(sharded, method)(*args)
+            assert _dicts(sharded) == _dicts(single), method
+        assert "ray" in sharded.backend.description
+        assert_sharded_answers(sharded, single)
+        with pytest.raises(CorpusError):
+            sharded.add([list(single)[0].to_dict()])  # refused: nothing changes
+        assert _dicts(sharded) == _dicts(single)
+    finally:
+        sharded.close()

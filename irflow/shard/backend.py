@@ -45,8 +45,12 @@ class InProcessBackend:
 
     description = "in-process"
 
-    def __init__(self, root: Path, manifest: ShardManifest, *, verify: bool = True) -> None:
-        self.workers = [ShardWorker(root, entry, manifest.name, manifest.analyzer, manifest.embedder, verify=verify)
+    def __init__(self, root: Path, manifest: ShardManifest, *, verify: bool = True,
+                 reuse: Sequence[ShardWorker] = ()) -> None:
+        # a shard the manifest names as it was (same generation, same entry) keeps its worker: opened, caches and all
+        known = {(worker.dir, worker.entry): worker for worker in reuse if worker.name == manifest.name}
+        self.workers = [known.get((root / entry.dir, entry)) or
+                        ShardWorker(root, entry, manifest.name, manifest.analyzer, manifest.embedder, verify=verify)
                         for entry in manifest.shards]
         self.n_shards = len(self.workers)
         self._lock = threading.Lock()

@@ -51,14 +51,16 @@ from irflow.kernels.embedders import Embedder, LazyEmbedder, check_digest, check
 from irflow.errors import CorpusError, EmbedderError, NoLedgerEntry
 from irflow.kernels.filters import CompiledFilter, compile_filter
 from irflow.store.masks import Warned, _surface_kinds, check_surfaces, warn_unknown_field
+from irflow.store.generations import LOCK_TIMEOUT
+from irflow.store.mergepolicy import MergePolicy
 from irflow.store.paths import resolve_corpus_path
 from irflow.store.protocol import CorpusSettings, Siblings
 from irflow.store.records import Record, SearchHit
-from irflow.shard.backend import Backend, Call, InProcessBackend
+from irflow.shard.backend import Backend, Call
 from irflow.kernels.rowmap import RowMap, merge_topk
 from irflow.shard.disk import open_committed
+from irflow.shard.living import ShardedUpdates
 from irflow.shard.manifest import ShardManifest
-from irflow.shard.ray_backend import RayBackend  # imports Ray itself only when a RayBackend is made
 from irflow.kernels.text import Analyzer
 from irflow.kernels.topk import TopK
 
@@ -76,13 +78,17 @@ def _readonly(array: np.ndarray) -> np.ndarray:
     return view
 
 
-class ShardedCorpus:
+class ShardedCorpus(ShardedUpdates):
     """A corpus split into shards, served in-process or by Ray actors; a drop-in for :class:`~irflow.store.corpus.Corpus`.
 
     Made by :meth:`open` (or :func:`irflow.open_corpus` on a sharded
-    directory, or :func:`irflow.shard`), not by hand.  Read-only: shards
-    are checked against the manifest when opened.  ``close()`` (or a
-    ``with`` block) releases the shards (Ray actors are ended).
+    directory, or :func:`irflow.shard`), not by hand.  Shards are checked
+    against the manifest when opened.  It takes a corpus's updates
+    (``add``, ``upsert``, ``delete``, ``put_artifact``, ``delete_artifact``,
+    ``batch``, ``compact``, ``refresh``: :mod:`irflow.shard.living`) and
+    answers afterwards as the single corpus after the same operations.
+    ``close()`` (or a ``with`` block) releases the shards (Ray actors are
+    ended).
     """
 
     def __init__(self, root: Path, manifest: ShardManifest, backend: Backend, rows: RowMap, *,
@@ -93,6 +99,11 @@ class ShardedCorpus:
         self.backend = backend
         self.rows = rows
         self._held: contextlib.ExitStack | None = None  # the shards' generations, held against removal (Ray)
+        self._options: dict[str, Any] = dict(ray=None, embedder=embedder, verify=True, ray_options={})
+        self._version = 0  # one more per sharding served (updates, refresh)
+        self._pinned = None  # the state snapshot() hands out (irflow.shard.living)
+        self._merge_policy = MergePolicy()
+        self._lock_timeout: float | None = LOCK_TIMEOUT
         self._lock = threading.RLock()
         spec = None if manifest.embedder is None else manifest.embedder.get("spec")
         self._query_embedder = LazyEmbedder(embedder if embedder is not None else spec)
@@ -103,7 +114,8 @@ class ShardedCorpus:
         self._records: collections.OrderedDict[int, Record] = collections.OrderedDict()
         self.warned = Warned()  # ("field" | "surface", name) already warned about, as one machine keeps them
         global_code = {kind: code for code, kind in enumerate(manifest.kinds)}
-        self._code_maps = [np.array([global_code[k] for k in entry.kinds], dtype=np.int32)
+        # a trailing -1: a shard's code -1 (a deleted row of a kind no live record has) maps to -1
+        self._code_maps = [np.array([global_code[k] for k in entry.kinds] + [-1], dtype=np.int32)
                            for entry in manifest.shards]
         self.shard_info = self._everywhere("info")
         prints = {info["math"] for info in self.shard_info}
@@ -137,23 +149,8 @@ class ShardedCorpus:
         root = resolve_corpus_path(path_or_name)
         if ray is None and ray_options:
             raise TypeError(f"unexpected options {sorted(ray_options)} without ray=")
-
-        def make(manifest: ShardManifest, rows: list[np.ndarray], held: contextlib.ExitStack) -> ShardedCorpus:
-            backend: Backend | None = None
-            try:
-                if ray is None:
-                    backend = InProcessBackend(root, manifest, verify=verify)
-                else:
-                    backend = RayBackend(root, manifest, address=ray, verify=verify, **ray_options)
-                corpus = cls(root, manifest, backend, RowMap(rows), embedder=embedder)
-            except BaseException:
-                if backend is not None:
-                    backend.close()
-                raise
-            if ray is not None:  # a Ray actor restarted later reopens its shard: keep it on disk until close()
-                corpus._held = held.pop_all()
-            return corpus  # (in this process: opened and mapped, and the maps outlive the files)
-        return open_committed(root, make)
+        options = dict(ray=ray, embedder=embedder, verify=verify, ray_options=ray_options)
+        return open_committed(root, lambda manifest, rows, held: cls._make(root, manifest, rows, held, options))
 
     def close(self) -> None:
         """Release the shards (end their Ray actors, let writers remove their files); the corpus cannot answer afterwards."""
@@ -201,8 +198,8 @@ class ShardedCorpus:
 
     @property
     def version(self) -> int:
-        """Always 0: a sharded corpus is read-only (deleting means resharding), so answers never go stale."""
-        return 0
+        """The number of shardings served so far before this one (0 as opened; one more per update or refresh)."""
+        return self._version
 
     @property
     def kinds(self) -> tuple[str, ...]:

@@ -286,7 +286,7 @@ def _check_entry(path: Path, version: int, i: int, entry: ShardEntry) -> None:
             not ROWS_FILE_V1_RE.match(entry.rows_file) or entry.rows_checksum is None)):
         raise _bad(path, f"shard {i} names the rows file {entry.rows_file!r} (expected shard-NNN.rows.npy "
                          "with a checksum) or a generation (version 1 names none)")
-    if entry.n_rows == 0 or entry.live > entry.n_rows:
+    if (entry.n_rows == 0 and version == 1) or entry.live > entry.n_rows:  # (version 2: emptied by compaction)
         raise _bad(path, f"shard {i} has {entry.n_rows} rows ({entry.live} live)")
 
 

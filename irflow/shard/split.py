@@ -42,7 +42,9 @@ from irflow.util.progress import bar
 from irflow.store.records import Record
 from irflow.shard.disk import commit, prepare_root
 from irflow.shard.manifest import ROWS_FILE, ShardEntry, ShardManifest, shard_dir_name
+from irflow.store.merging import MergedParts, merged_segment
 from irflow.store.record_store import CorpusStore, prepare_records
+from irflow.store.writer import segment_id
 
 __all__ = ["plan_shards", "shard_corpus"]
 
@@ -86,6 +88,24 @@ def plan_shards(artifact_ids: Sequence[str] | np.ndarray, n: int) -> list[np.nda
     rank[order] = np.arange(n_artifacts)
     shard_of_row = group_of_rank[rank[inverse.reshape(-1)]]
     return [np.flatnonzero(shard_of_row == s).astype(np.int64) for s in range(n)]
+
+
+def _one_segment(corpus: Corpus) -> Corpus:
+    """A corpus updated in place as one segment in memory: what ``compact()`` would write; its files untouched.
+
+    Its live records (and those deleted out of band that its ledger still
+    lists) in order, postings and vectors merged as they are (nothing
+    re-embedded); a deleted row's id may be live again in a later segment,
+    and a shard holds each id once.
+    """
+    parts = corpus._state.parts
+    if len(parts) == 1:
+        return corpus
+    merged = MergedParts.of(parts)
+    segment = merged_segment(merged, segment_id(1), name=corpus.name)
+    return Corpus(store=segment.store.with_tombstones(merged.deleted()), postings=segment.postings,
+                  analyzer=corpus.analyzer, vectors=segment.vectors, embedder=None,
+                  embedder_info=corpus.embedder_info, name=corpus.name)
 
 
 def _shard_store(store: CorpusStore, rows: np.ndarray, artifacts: Sequence[str], name: str) -> CorpusStore:
@@ -200,6 +220,7 @@ def shard_corpus(
     else:  # a corpus keeps its name (hits name their source); records are named after the directory
         corpus_name = source.name if isinstance(source, Corpus) and source.name else root.name
     if isinstance(source, Corpus):
+        source = _one_segment(source)
         store = source.store
         plan = plan_shards(store.artifact_ids, n)
         analyzer_spec = source.analyzer.to_dict()

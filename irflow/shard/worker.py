@@ -114,6 +114,7 @@ class ShardWorker:
         if problems:
             raise CorpusError(f"{label} disagrees with the shard manifest: {'; '.join(problems)}; shard the corpus again")
         # hits, ledger messages and the like name the sharded corpus, as one machine would
+        self.name = name
         corpus.name = name
         corpus.store.name = name
         self._masks: collections.OrderedDict[Any, np.ndarray] = collections.OrderedDict()
@@ -213,16 +214,29 @@ class ShardWorker:
         The statistics rows are the candidates (``mode="candidates"``) or
         every live row (``"corpus"``), as :meth:`Corpus.bm25_topk` takes them.
         """
-        corpus = self.corpus
-        deleted = len(corpus) != corpus.n_rows
-        if mode == "corpus":
-            rows = corpus.live if deleted else None
-        else:
-            mask = self._mask(ref)
-            rows = (corpus.live if deleted else None) if mask is None else (mask & corpus.live if deleted else mask)
-        part = partial_stats(corpus.postings, rows, tokens, vocabulary=vocabulary)
-        return (part.n_docs, part.total_length, dict(part.df),
-                None if part.vocabulary is None else dict(part.vocabulary))
+        view = self.corpus.snapshot()
+        segments = getattr(view, "parts", None) or [view]  # a shard updated in place has several segments
+        mask = None if mode == "corpus" else self._mask(ref)
+        masks = [None] * len(segments) if mask is None else self._split(view, segments, mask)
+        shares = [partial_stats(part.postings, part.stats_rows(m, mode), tokens, vocabulary=vocabulary)
+                  for part, m in zip(segments, masks)]
+        df: dict[str, int] = {}
+        vocab: dict[str, int] | None = {} if vocabulary else None
+        for share in shares:
+            for token, count in share.df.items():
+                df[token] = df.get(token, 0) + count
+            if vocab is not None and share.vocabulary is not None:
+                for token, count in share.vocabulary.items():
+                    vocab[token] = vocab.get(token, 0) + count
+        return (sum(p.n_docs for p in shares), sum(p.total_length for p in shares), df, vocab)
+
+    @staticmethod
+    def _split(view: Any, segments: Sequence[Any], mask: np.ndarray) -> list[np.ndarray]:
+        """A shard-wide mask's part on each of its segments."""
+        if len(segments) == 1:
+            return [mask]
+        split: list[np.ndarray] = view.rowmap.split(mask)
+        return split
 
     def bm25(self, ref: MaskRef, tokens: Sequence[Sequence[str]], fetch_k: int, params: Mapping[str, Any],
              stats: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -241,10 +255,14 @@ class ShardWorker:
 
     def columns(self, rows: np.ndarray, names: Sequence[str]) -> dict[str, np.ndarray]:
         """Per-row columns at local ``rows`` (``None``: every row): record_id, artifact_id, kind_code, surface_index, live."""
-        store = self.corpus.store
-        source = {"record_id": store.record_ids, "artifact_id": store.artifact_ids, "kind_code": store.kind_codes,
-                  "surface_index": store.surface_indices, "live": store.live}
-        return {name: (np.array(source[name]) if rows is None else source[name][rows]) for name in names}
+        corpus = self.corpus
+        if rows is None:
+            rows = np.arange(corpus.n_rows, dtype=np.int64)
+        # the corpus's own lookups: a shard of several segments numbers its kinds as its live records have them
+        source = {"record_id": corpus.record_ids_of, "artifact_id": corpus.artifact_ids_of,
+                  "kind_code": corpus.kind_codes_of, "surface_index": corpus.surface_indices_of,
+                  "live": lambda r: corpus.live[r]}
+        return {name: np.asarray(source[name](rows)) for name in names}
 
     def records(self, rows: Sequence[int]) -> list[Any]:
         """The records at local ``rows`` (no vectors)."""

@@ -45,15 +45,19 @@ class DiskWriter(MemoryWriter):
     """Makes the next state of a corpus on disk as a new generation of its directory."""
 
     def __init__(self, root: Path, context: CorpusContext, generation: gens.Generation, *, verify: bool = True,
-                 lock_timeout: float | None = gens.LOCK_TIMEOUT) -> None:
+                 lock_timeout: float | None = gens.LOCK_TIMEOUT, publish: bool = True) -> None:
         super().__init__(context, 2)
         self.root = root
         self.verify = verify
         self.lock_timeout = lock_timeout
+        #: False: each generation is written complete but not made live (``CURRENT`` stays; a sharded corpus
+        #: commits its shards' new generations together, with one manifest: :mod:`irflow.shard.updating`)
+        self.publish = publish
         self._note(generation)
 
     def with_context(self, context: CorpusContext) -> "DiskWriter":
-        return DiskWriter(self.root, context, self._current, verify=self.verify, lock_timeout=self.lock_timeout)
+        return DiskWriter(self.root, context, self._current, verify=self.verify, lock_timeout=self.lock_timeout,
+                          publish=self.publish)
 
     def _note(self, generation: gens.Generation) -> None:
         self._current = generation
@@ -208,7 +212,8 @@ class DiskWriter(MemoryWriter):
             entries.append(entry)
         manifest = self._manifest(previous, entries, items)
         with self._writing():
-            generation = gens.write_generation(self.root, payloads, manifest, reuse_from=previous, reuse=reuse)
+            generation = gens.write_generation(self.root, payloads, manifest, reuse_from=previous, reuse=reuse,
+                                               commit=self.publish)
         self._note(generation)
         return generation
 
