@@ -210,13 +210,26 @@ def row_artifact_codes(corpus: Any, rows: np.ndarray) -> np.ndarray:
     are the groups, and no id is hashed twice or compared.  Codes mean
     nothing across calls.
     """
-    distinct, inverse = np.unique(rows, return_inverse=True)
-    inverse = inverse.reshape(-1).astype(np.int64)
+    distinct, inverse = _distinct_rows(rows)
     ids = corpus.artifact_ids_of(distinct)
     if len(set(ids.tolist())) == distinct.size:
         return inverse
     codes: np.ndarray = artifact_codes(ids)[inverse]
     return codes
+
+
+def _distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(rows, return_inverse=True)``, by a table up to the largest row when it is small (no sort)."""
+    n_rows = int(rows.max()) + 1 if rows.size else 0
+    if rows.size * 8 < n_rows or not rows.size:
+        distinct, inverse = np.unique(rows, return_inverse=True)
+        return distinct, inverse.reshape(-1).astype(np.int64)
+    seen = np.zeros(n_rows, dtype=bool)
+    seen[rows] = True
+    distinct = np.flatnonzero(seen)
+    position = np.empty(n_rows, dtype=np.int64)
+    position[distinct] = np.arange(distinct.size)
+    return distinct, position[rows]
 
 
 def distinct_pairs(origin: np.ndarray, codes: np.ndarray) -> bool:
