@@ -174,10 +174,10 @@ def lexical_size(n_docs: int, args: argparse.Namespace) -> dict[str, Any]:
                 return [recipe.run(corpus, texts[i:i + size], k=K) for i in range(0, n, size)]
         return run
 
-    def run_kernel(threads: int) -> Callable[[], Any]:
+    def run_kernel(threads: int, depth: int = K) -> Callable[[], Any]:
         def run() -> Any:
             with limit_threads(threads):
-                return corpus.bm25_topk(corpus.tokenize_queries(texts), None, K)
+                return corpus.bm25_topk(corpus.tokenize_queries(texts), None, depth)
         return run
 
     def run_bm25s(threads: int) -> Callable[[], Any]:
@@ -202,6 +202,8 @@ def lexical_size(n_docs: int, args: argparse.Namespace) -> dict[str, Any]:
         systems[f"irflow recipe {n} T{threads}"] = run_recipe(threads, n)
         systems[f"irflow recipe {step} T{threads}"] = run_recipe(threads, step)
         systems[f"irflow kernel {n} T{threads}"] = run_kernel(threads)
+        if threads == args.threads[0]:  # the depth the recipe fetches (max(5 k, 50)): its kernel's share
+            systems[f"irflow kernel {n} k50 T{threads}"] = run_kernel(threads, 50)
         if index is not None:
             systems[f"bm25s numba T{threads}"] = run_bm25s(threads)
     timing = timed(systems, args.repeats)
@@ -214,6 +216,11 @@ def lexical_size(n_docs: int, args: argparse.Namespace) -> dict[str, Any]:
         rows.append([name, cm * scale, cp * scale, wm * scale, wp * scale, n / wm])
     print(H.table(["system", "cpu median", "cpu p90", "wall median", "wall p90", "queries/s wall"], rows))
     figures: dict[str, Any] = {"same": same}
+    first = args.threads[0]
+    recipe_ms = stats(timing[f"irflow recipe {n} T{first}"]["cpu"])[0]
+    kernel_ms = stats(timing[f"irflow kernel {n} k50 T{first}"]["cpu"])[0]
+    print(f"  where the recipe's time goes (CPU, T{first}): the kernel at its depth 50 {kernel_ms / recipe_ms:.0%}, "
+          f"the engine (stages, deepen check, collapse) {1 - kernel_ms / recipe_ms:.0%}")
     if index is not None:
         print("\nratios bm25s numba / irflow (> 1: irflow faster), median (p90):")
         out = []
