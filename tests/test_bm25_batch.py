@@ -137,3 +137,34 @@ def test_the_lexical_recipe_answers_a_batch_as_its_single_queries(small_chunks: 
         with limit_threads(threads):
             batch = recipe.run(corpus, queries, k=3).hits
         assert [key(h) for h in batch] == alone
+
+
+def test_a_corpus_of_several_segments_answers_a_batch_as_its_single_queries_and_a_fresh_build(
+        small_chunks: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    texts = [" ".join(WORDS[(i * 5 + j * 3) % 10] for j in range(1 + i % 7)) for i in range(90)]
+    records = [irflow.Record(f"a{i}", "text", t) for i, t in enumerate(texts)]
+    corpus = irflow.build(records[:30], embedder=None)
+    corpus.add(records[30:60])
+    corpus.add(records[60:])
+    corpus.delete([corpus.record_ids[3], corpus.record_ids[44]])
+    assert len(corpus.segments) >= 2
+    fresh = irflow.build([r for i, r in enumerate(records) if i not in (3, 44)], embedder=None)
+    queries = [["w1", "w2"], ["w3"], ["w0", "w9", "w9"], [], ["w5", "w11"], ["w4", "w4", "w6"], ["w8"]]
+    scans = []
+    scan = compiled.topk_many
+    monkeypatch.setattr(compiled, "topk_many", lambda *args: (scans.append(1), scan(*args))[1])
+    for k in (1, 4, 50):
+        alone = [corpus.bm25_topk([q], None, k).per_query(0) for q in queries]
+        rebuilt = fresh.bm25_topk(queries, None, k)
+        for threads in (1, 2):
+            scans.clear()
+            with limit_threads(threads):
+                top = corpus.bm25_topk(queries, None, k)
+            assert len(scans) >= len(corpus.segments)  # the batch path, segment by segment
+            for i, want in enumerate(alone):
+                assert same(top.per_query(i), want), (k, threads, i)
+                # the fresh build's rows are numbered without the deleted records: compare ids and score bits
+                rows, scores = top.per_query(i)
+                fresh_rows, fresh_scores = rebuilt.per_query(i)
+                assert corpus.record_ids[rows].tolist() == fresh.record_ids[fresh_rows].tolist()
+                assert np.array_equal(scores.view(np.int64), fresh_scores.view(np.int64))
