@@ -101,10 +101,9 @@ def held_artifacts(corpus: Any, candidates: Candidates, texts: np.ndarray, withi
     entries = np.flatnonzero(keep)
     if not entries.size:
         return np.zeros(candidates.n_queries, dtype=np.int64)
-    ids = corpus.artifact_ids_of(candidates.row[entries])
     if candidates.n_queries == 1:  # one text (every search()): a set of its artifact ids
-        return np.array([len(set(ids.tolist()))], dtype=np.int64)
-    codes = artifact_codes(ids)
+        return np.array([len(set(corpus.artifact_ids_of(candidates.row[entries]).tolist()))], dtype=np.int64)
+    codes = row_artifact_codes(corpus, candidates.row[entries])
     base = int(codes.max()) + 1
     keys = candidates.query_index[entries].astype(np.int64) * base + codes
     keys.sort()
@@ -199,6 +198,47 @@ def artifact_codes(artifacts: np.ndarray, hash_of: Callable[[object], int] = has
         _, codes = np.unique(artifacts, return_inverse=True)
         codes = codes.reshape(-1).astype(np.int64)
     return codes
+
+
+def row_artifact_codes(corpus: Any, rows: np.ndarray) -> np.ndarray:
+    """Group codes of the artifacts of ``rows``: rows of one artifact get one code, of different ones different.
+
+    A batch's candidates repeat rows (queries share answers), so the
+    artifact ids are read and grouped once per distinct row; when every
+    distinct row is an artifact of its own (a corpus of one record per
+    artifact, or candidates that hold one surface of each) the distinct rows
+    are the groups, and no id is hashed twice or compared.  Codes mean
+    nothing across calls.
+    """
+    distinct, inverse = _distinct_rows(rows)
+    ids = corpus.artifact_ids_of(distinct)
+    if len(set(ids.tolist())) == distinct.size:
+        return inverse
+    codes: np.ndarray = artifact_codes(ids)[inverse]
+    return codes
+
+
+def _distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(rows, return_inverse=True)``, by a table up to the largest row when it is small (no sort)."""
+    n_rows = int(rows.max()) + 1 if rows.size else 0
+    if rows.size * 8 < n_rows or not rows.size:
+        distinct, inverse = np.unique(rows, return_inverse=True)
+        return distinct, inverse.reshape(-1).astype(np.int64)
+    seen = np.zeros(n_rows, dtype=bool)
+    seen[rows] = True
+    distinct = np.flatnonzero(seen)
+    position = np.empty(n_rows, dtype=np.int64)
+    position[distinct] = np.arange(distinct.size)
+    return distinct, position[rows]
+
+
+def distinct_pairs(origin: np.ndarray, codes: np.ndarray) -> bool:
+    """Whether every (origin, code) pair occurs once (no two candidates of a query share a group)."""
+    if origin.size < 2:
+        return True
+    keys = origin.astype(np.int64) * (int(codes.max()) + 1) + codes
+    keys.sort()
+    return not bool((keys[1:] == keys[:-1]).any())
 
 
 def callable_or_name(instance: Any, attribute: Any, value: Any) -> None:

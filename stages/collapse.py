@@ -36,7 +36,7 @@ import numpy as np
 from irflow.engine import CANDIDATES, Candidates, Port, Promise, QueryBatch, Scale, Stage, StageContext, Upstream, \
     boolean, param, positive_int, register_stage
 
-from ._util import artifact_codes, several_texts
+from ._util import artifact_codes, distinct_pairs, row_artifact_codes, several_texts
 
 __all__ = ["Collapse", "KEYS", "artifact_codes"]
 
@@ -75,14 +75,16 @@ class Collapse(Stage):
         m = len(candidates)
         if m == 0:  # nothing found (an empty query, a filter that keeps nothing): nothing to merge
             return _chosen(ctx.name, candidates, root, np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int32))
-        if self.per_artifact:
+        if self.per_artifact and len(candidates.queries) == 1:  # one text (every search()): a set of its ids
             artifacts = ctx.corpus.artifact_ids_of(candidates.row)
             if len(set(artifacts.tolist())) == m:
                 return self._distinct(ctx, candidates, root)
             return self._grouped(ctx, candidates, root, artifact_codes(artifacts))
-        if len(set(candidates.row.tolist())) == m:  # each record once, and no record twice: nothing to merge
+        # a batch: each query's groups distinct (queries may share them) -> nothing to merge
+        codes = row_artifact_codes(ctx.corpus, candidates.row) if self.per_artifact else candidates.row
+        if distinct_pairs(candidates.origin_index, codes):
             return self._distinct(ctx, candidates, root)
-        return self._grouped(ctx, candidates, root, candidates.row)
+        return self._grouped(ctx, candidates, root, codes)
 
     def _grouped(self, ctx: StageContext, candidates: Candidates, root: QueryBatch, codes: np.ndarray) -> Candidates:
         """The best entry of each (original query, ``codes``) group, ``merged`` counting the group, top ``k``."""
@@ -121,7 +123,10 @@ class Collapse(Stage):
             chosen = np.argsort(-score, kind="stable")[:self.k]
             return _chosen(ctx.name, candidates, root, chosen, np.ones(chosen.size, dtype=np.int32))
         origin = candidates.origin_index.astype(np.int64)
-        final = np.lexsort((-score, origin))  # stable: equal scores keep their input order
+        if _ranked_by_origin(origin, score):  # a channel's output as it comes: already in this order
+            final = np.arange(origin.size)
+        else:
+            final = np.lexsort((-score, origin))  # stable: equal scores keep their input order
         sorted_origin = origin[final]
         run_start = np.searchsorted(sorted_origin, sorted_origin, side="left")
         chosen = final[np.arange(final.size) - run_start < self.k]
@@ -140,6 +145,12 @@ def _chosen(name: str, candidates: Candidates, root: QueryBatch, chosen: np.ndar
     columns.update((n, column[chosen]) for n, column in candidates.provenance.items())
     return Candidates(root, candidates.origin_index[chosen], candidates.row[chosen], candidates.score[chosen],
                       candidates.scale, columns)
+
+
+def _ranked_by_origin(origin: np.ndarray, score: np.ndarray) -> bool:
+    """Whether entries are already by origin, then score descending (what a stable sort would leave as is)."""
+    step = origin[1:] - origin[:-1]
+    return bool((step >= 0).all() and ((step > 0) | (score[1:] <= score[:-1])).all())
 
 
 def _cut_subqueries(candidates: Candidates, k: int) -> Candidates:

@@ -109,3 +109,14 @@ def test_report_quick_writes_and_measures_a_page():
     assert "100 queries x 5 stages x 200 candidates" in out
     assert re.search(r"write: [0-9.]+ s CPU, [0-9.]+ s wall", out) and re.search(r"page: [0-9.]+ MB", out)
     assert "load: " in out
+
+
+@pytest.mark.slow
+def test_batch_quick_gives_the_same_answers_in_any_batch_and_thread_count():
+    out = _run("batch.py", "--quick")
+    assert "OPENBLAS_CORETYPE=" in out and "median" in out and "p90" in out
+    # the lexical recipe's rows and score bits do not depend on how the batch is cut or on the threads
+    assert "in one call, in batches of 25, at threads 1, 2: yes" in out, out
+    agree = re.search(r"hits equal to the kernels by hand: (\d+)/(\d+)", out)
+    assert agree is not None and agree.group(1) == agree.group(2), out
+    assert out.count("kernels by hand / recipe:") == 2  # threads 1 and 2

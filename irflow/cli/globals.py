@@ -61,8 +61,8 @@ def global_options(group: F) -> F:
                      help="The level of irflow's loggers (default WARNING); instead of -v / -q."),
         click.option("--threads", type=click.IntRange(min=1), default=None, metavar="N",
                      help="Threads of the ONNX embedder and of BLAS (default: every CPU this process may use; "
-                          "$IRFLOW_ONNX_THREADS sets the embedder's when not given). Answers are the same at any "
-                          "count."),
+                          "$IRFLOW_ONNX_THREADS sets the embedder's when not given), and of a batch of BM25 "
+                          "queries (default 1). Answers are the same at any count."),
     ]
     return functools.reduce(lambda command, option: option(command), reversed(options), group)
 

@@ -119,8 +119,8 @@ class Result:
                                       f"queries, the run had {n}")
                 order = np.argsort(origin, kind="stable")
                 hits = self.corpus.hits(value.row[order], value.score[order])
-                for q, hit in zip(origin[order].tolist(), hits):  # the output is small: k per query
-                    per_query[q].append(hit)
+                ends = np.cumsum(np.bincount(origin, minlength=n)).tolist()  # each query's hits: one slice
+                per_query = [hits[a:b] for a, b in zip([0, *ends[:-1]], ends)]
         else:
             raise IrflowError(f"the output stage {self.output_name!r} produced {type(value).__name__}, "
                               "which has no hits; make a stage producing Candidates or Hits the output")

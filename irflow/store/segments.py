@@ -330,8 +330,14 @@ class SegmentsView:
         if k <= 0 or not n:
             return TopK.empty(n)
         scorer = self._scorer(masks, params, stats, stats_key)
-        rows, scores = zip(*(scorer.top(query, k, self.n_rows) for query in tokens))
-        return TopK.from_parts(list(rows), list(scores))
+        batched = scorer.top_many(tokens, k, self.n_rows) if n > 1 and scorer.parts else None
+        if batched is not None:  # the compiled kernel: the batch part by part (chunks on --threads threads)
+            rows, scores, counts = batched
+            offsets = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(counts, out=offsets[1:])
+            return TopK._trusted(np.repeat(np.arange(n, dtype=np.int32), counts), rows, scores, n, offsets)
+        found = [scorer.top(query, k, self.n_rows) for query in tokens]
+        return TopK.from_parts([r for r, _ in found], [s for _, s in found])
 
     def _scorer(self, masks: Sequence[np.ndarray | None], params: _bm25.BM25Params, stats: _bm25.BM25Stats,
                 stats_key: Any) -> PartsScorer:

@@ -15,7 +15,9 @@ before any option is parsed —, so an option cannot work through them.  The
 tokenizer's thread pool (HF tokenizers, Rust's rayon) starts at its first
 batch and reads ``RAYON_NUM_THREADS`` then, so that one is an environment
 variable, set for the block unless the user set it.  irflow's numba kernels
-are serial (no ``parallel=True``): they have no pool to limit.
+are serial (no ``parallel=True``): they have no pool to limit, but a batch of
+BM25 queries is cut into chunks that run on :func:`requested_threads`
+threads (one outside a block; ``irflow.kernels.bm25.batch``).
 
 >>> with limit_threads(1):
 ...     requested_threads()
@@ -53,7 +55,7 @@ def requested_threads() -> int | None:
 
 @contextlib.contextmanager
 def limit_threads(n: int) -> Iterator[None]:
-    """Within the block: BLAS on ``n`` threads, and ONNX embedder sessions (opened in it) on ``n`` too.
+    """Within the block: BLAS on ``n`` threads, ONNX embedder sessions (opened in it) and BM25 batches too.
 
     A session opened before the block keeps its threads; the tokenizer's pool
     is sized once, when it first runs.  Restores the previous limits on exit.

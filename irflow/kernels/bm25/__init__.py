@@ -55,6 +55,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from irflow.errors import BM25ParamError, IrflowError
+from irflow.kernels.bm25 import kernel
+from irflow.kernels.bm25.batch import top_many
 from irflow.kernels.bm25.kernel import KERNEL_ENV, kernel_name, use_kernel
 from irflow.kernels.bm25.params import DEFAULT_DELTA, STATS, VARIANTS, BM25Params
 from irflow.kernels.bm25.scorer import _Scorer
@@ -144,6 +146,13 @@ def bm25_topk(postings: Postings, query_tokens: Sequence[Sequence[str]], mask: n
         rows, scores = scorer.top(query_tokens[0], fetch_k, corpus_rows, floors[0])
         return TopK._trusted(np.zeros(rows.size, np.int32), rows, scores, 1,
                              np.array([0, rows.size], dtype=np.int64))
+    compiled = kernel.compiled_module(postings.n_rows if corpus_rows is None else corpus_rows)
+    if compiled is not None:  # one compiled call per chunk of queries, chunks on --threads threads
+        rows, scores, counts = top_many(compiled, scorer, query_tokens, fetch_k, floors)
+        offsets = np.zeros(n_queries + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        return TopK._trusted(np.repeat(np.arange(n_queries, dtype=np.int32), counts), rows, scores, n_queries,
+                             offsets)
     rows, scores = zip(*(scorer.top(tokens, fetch_k, corpus_rows, low) for tokens, low in zip(query_tokens, floors)))
     return TopK.from_parts(list(rows), list(scores))
 

@@ -44,7 +44,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["topk", "scan", "ranked", "BLOCK"]
+__all__ = ["topk", "topk_many", "scan", "ranked", "BLOCK"]
 
 #: Rows per block: the accumulator (8 bytes a row), flags and touched list stay in L1/L2.
 BLOCK = 4096
@@ -344,6 +344,44 @@ def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, k
     m, limit = _scan(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, kept_head, kept_norms,
                      k, variant, k1, delta, constant, margin, prune, block, 0, hs, hr, 0, least, least, floored)
     return _ranked(hs, hr, m, floored, least_score)
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def topk_many(term_ints, term_floats, starts, constants, floors, post_rows, post_tfs, norms, head, mask, kept,
+              kept_head, kept_norms, k, variant, k1, delta, margin, prune, block, out_rows, out_scores,
+              counts):  # pragma: no cover - compiled
+    """:func:`topk` of several queries in one call, one after the other (no GIL held: threads share a batch).
+
+    Query ``q``'s terms are ``term_ints[starts[q]:starts[q + 1]]`` (and
+    ``term_floats``), its BM25Plus constant ``constants[q]`` and its floor
+    ``floors[q]`` (``least_score`` of :func:`topk`).  Its rows and scores go
+    to ``out_rows`` / ``out_scores`` from ``q * width`` on (``width`` =
+    their length over the number of queries), best first, and their number
+    to ``counts[q]``.  Each query is exactly :func:`topk`'s call on its own
+    (the same scan, from an empty heap), so its rows and score bits are the
+    same in any batch and any split of a batch between threads.
+    """
+    width = out_rows.size // max(counts.size, 1)
+    hs = np.empty(k)
+    hr = np.empty(k, np.int64)
+    for q in range(counts.size):
+        a, b = starts[q], starts[q + 1]
+        if a == b:
+            counts[q] = 0
+            continue
+        least_score = floors[q]
+        constant = constants[q]
+        floored = least_score > -np.inf
+        least = least_score - margin * max(1.0, abs(least_score), abs(constant)) if floored else -np.inf
+        m, limit = _scan(term_ints[a:b], term_floats[a:b], post_rows, post_tfs, norms, head, mask, kept, kept_head,
+                         kept_norms, k, variant, k1, delta, constant, margin, prune, block, 0, hs, hr, 0, least,
+                         least, floored)
+        rows, scores = _ranked(hs, hr, m, floored, least_score)
+        at = q * width
+        out_rows[at:at + rows.size] = rows
+        out_scores[at:at + rows.size] = scores
+        counts[q] = rows.size
+    return counts
 
 
 #: The scan of one index into a heap of several's, and the heap's ranking (the public names of the two).

@@ -28,6 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from irflow.kernels.bm25 import kernel
+from irflow.kernels.bm25.batch import top_many
 from irflow.kernels.bm25.scorer import DENSE_TERM_FRACTION, _PRUNE_MARGIN, _Scorer
 
 __all__ = ["PartsScorer"]
@@ -48,6 +49,38 @@ class PartsScorer:
         if compiled is not None and len(self.parts) > 1:
             return self._compiled(compiled, tokens, k)
         return self._one_by_one(tokens, k, corpus_rows)
+
+    def top_many(self, queries: Sequence[Sequence[str]], k: int,
+                 corpus_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Each query's :meth:`top` for a batch, through the compiled batch kernel (None: numpy scores here).
+
+        Part after part, as :meth:`_one_by_one` does for one query: every
+        query of the batch scanned in the part (``batch.top_many``: chunks of
+        queries on ``--threads`` threads), each above the k-th score the parts
+        before it found for that query (its floor); then each query's rows of
+        all parts, concatenated in row order, sorted by score stably (ties by
+        row) and cut to ``k``.  Returns (rows, scores, counts per query).
+        """
+        compiled = kernel.compiled_module(corpus_rows)
+        if compiled is None:
+            return None
+        n = len(queries)
+        floors = np.full(n, -np.inf)
+        qi, rows, scores = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64)
+        for scorer, offset in self.parts:
+            found, found_scores, counts = top_many(compiled, scorer, queries, k, floors.tolist())
+            qi = np.concatenate([qi, np.repeat(np.arange(n, dtype=np.int64), counts)])
+            rows = np.concatenate([rows, found + offset])
+            scores = np.concatenate([scores, found_scores])
+            # each query's best k so far: a stable sort keeps the parts' (row) order among equal scores
+            order = np.lexsort((-scores, qi))
+            qi, rows, scores = qi[order], rows[order], scores[order]
+            rank = np.arange(qi.size) - np.searchsorted(qi, qi, side="left")
+            keep = rank < k
+            qi, rows, scores = qi[keep], rows[keep], scores[keep]
+            full = rank[keep] == k - 1  # the k-th score of a query holding k: the next part's floor
+            floors[qi[full]] = scores[full]
+        return rows, scores, np.bincount(qi, minlength=n)
 
     def _one_by_one(self, tokens: Sequence[str], k: int, corpus_rows: int) -> tuple[np.ndarray, np.ndarray]:
         found_rows, found_scores = [], []
