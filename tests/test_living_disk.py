@@ -351,17 +351,17 @@ def _commit_quickly(path: str, seconds: float, log: str, rate: float = 20.0) -> 
     started = time.monotonic()
     at, n = 40, 0
     while time.monotonic() < started + seconds and at < len(records()):
-        ids = corpus.record_ids
-        step = [lambda: corpus.add(records()[at:at + 1]),
-                lambda: corpus.delete([ids[n % len(ids)]]),
-                lambda: corpus.upsert([dict(records()[at - 1], text=f"python parser json {n}")]),
-                lambda: corpus.add(records()[at:at + 1])][n % 4]
+        ids = corpus.record_ids[corpus.live]  # live ones only
         if n % 7 == 6:  # a batch: several operations, one commit
             with corpus.batch() as batch:
                 batch.add(records()[at:at + 1])
                 batch.delete([ids[(n * 3) % len(ids)]])
+        elif n % 4 in (0, 3):
+            corpus.add(records()[at:at + 1])
+        elif n % 4 == 1:
+            corpus.delete([ids[n % len(ids)]])
         else:
-            step()
+            corpus.upsert([dict(records()[at - 1], text=f"python parser json {n}")])
         at += n % 4 in (0, 3) or n % 7 == 6
         n += 1
         answers.append(_answer(corpus))
