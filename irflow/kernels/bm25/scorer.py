@@ -128,7 +128,7 @@ class _Scorer:
 
     def _df(self, lo: int, hi: int, column: int) -> int:
         """Document frequency of a term in the statistics set (cached per set)."""
-        if self.stats_mask is None:
+        if self.stats_mask is None or lo == hi:  # an empty term (a merge's) shares its lo with the next term
             return hi - lo
         cache = self.stats.df_cache
         df = cache.get(lo)  # a non-empty term is identified by where its postings start

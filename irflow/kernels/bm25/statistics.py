@@ -207,7 +207,7 @@ def partial_stats(postings: Postings, rows: np.ndarray | None, tokens: Iterable[
             df[token] = 0
             continue
         lo, hi = int(offsets[term]), int(offsets[term + 1])
-        if rows is None:
+        if rows is None or lo == hi:  # (a merge's term whose rows all went: no postings, and its lo is another's)
             df[token] = hi - lo
             continue
         found = cache.get(lo)
