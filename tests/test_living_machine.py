@@ -456,7 +456,7 @@ def _machine(name: str, examples: int) -> Any:
     return case
 
 
-TestInMemory = _machine("memory", 20)
+TestInMemory = _machine("memory", 15)
 TestOnDisk = _machine("disk", 10)  # each commit writes and fsyncs a generation: fewer runs, as many steps
 if SHARDED:
     TestSharded = _machine("sharded", 5)  # three shards on disk: each step costs the most
