@@ -62,6 +62,7 @@ from irflow.errors import CorpusError
 from irflow.store import generations as gens
 from irflow.store.genfiles import LOCK_FILE, lstat_mode
 from irflow.util.fileio import write_atomic
+from irflow.util import npyfiles
 from irflow.shard.manifest import (MANIFEST_FILE, ROWS_FILE, ROWS_FILE_V1_RE, SHARD_DIR_RE, ShardEntry, ShardManifest,
                                    check_layout, check_rows, in_shard, is_sharded, read_manifest,
                                    read_rows_v1)
@@ -184,7 +185,7 @@ def _rows(generation: gens.Generation, entry: ShardEntry) -> np.ndarray:
     gens.verify_files(generation, [ROWS_FILE])
     path = generation.path(ROWS_FILE)
     try:
-        rows = np.load(path, allow_pickle=False)
+        rows = npyfiles.load(path)  # threads: one header at a time
     except (OSError, ValueError) as exc:
         raise CorpusError(f"{path} is unreadable ({exc})") from None
     return check_rows(path, entry, rows)

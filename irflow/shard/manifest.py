@@ -53,6 +53,7 @@ import numpy as np
 from irflow.errors import CorpusError
 from irflow.util.corpusmarks import GEN_RE, SHARDED_FORMAT
 from irflow.util.unicode import escape_surrogates
+from irflow.util import npyfiles
 from irflow.store.generations import SHARD_DIR_RE as STORE_SHARD_DIR_RE
 from irflow.store.generations import SHARDED_MANIFEST, checksum, read_small_file
 from irflow.store.genfiles import bytes_checksum
@@ -340,7 +341,7 @@ def read_rows_v1(root: Path, entry: ShardEntry) -> np.ndarray:
         raise CorpusError(f"shard {entry.index}: {path} does not match the checksum in {root / MANIFEST_FILE} "
                           "(altered or truncated); the sharded corpus is damaged — shard it again")
     try:
-        rows = np.load(path, allow_pickle=False)
+        rows = npyfiles.load(path)  # threads: one header at a time
     except (OSError, ValueError) as exc:
         raise CorpusError(f"shard {entry.index}: {path} is unreadable ({exc}); shard the corpus again") from None
     return check_rows(path, entry, rows)

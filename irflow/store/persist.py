@@ -63,6 +63,7 @@ from irflow.store.recordfiles import all_of_type, load_array, load_json
 from irflow.store.record_store import CorpusStore
 from irflow.kernels.text import Analyzer
 from irflow.util.unicode import json_text
+from irflow.util import npyfiles
 
 __all__ = [
     "check_format",
@@ -339,12 +340,7 @@ def map_vectors(generation: gens.Generation, *, verify: bool,
     where = f"{generation.dir}/{file}"
     try:
         with open(path, "rb") as fh:
-            version = np.lib.format.read_magic(fh)
-            if version not in ((1, 0), (2, 0)):  # np.save writes 3.0 only for non-latin-1 field names
-                raise ValueError(f"unknown .npy format version {version}")
-            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
-                np.lib.format.read_array_header_2_0
-            shape, fortran, dtype = read_header(fh)
+            shape, fortran, dtype = npyfiles.read_header(fh)  # threads: one header at a time
             offset = fh.tell()
         if fortran or dtype.hasobject:
             raise ValueError("not a C-ordered numeric array")

@@ -29,6 +29,7 @@ from irflow.errors import CorpusError
 from irflow.store import generations as gens
 from irflow.store.columnar import JsonColumn, LedgerTable, StringColumn, check_offsets, utf8_chunks, utf8_offsets
 from irflow.store.record_store import CorpusStore
+from irflow.util import npyfiles
 
 __all__ = ["RECORDS_FILE", "LEDGER_FILE", "V1_FILES", "V2_FILES", "STRING_STEMS", "record_payloads", "read_v1",
            "read_v2", "load_array", "load_json", "all_of_type"]
@@ -66,7 +67,7 @@ def load_array(generation: gens.Generation, file: str, *, mmap: bool = True) -> 
     """A ``.npy`` file of the generation, memory-mapped read-only (or read), never unpickled."""
     path = generation.path(file)
     try:
-        array = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        array = npyfiles.load(path, mmap_mode="r" if mmap else None)  # threads: one header at a time
     except (ValueError, OSError, EOFError) as exc:
         raise _damaged(generation, file, f"cannot be read as a numpy array ({exc})") from exc
     # A plain ndarray view keeps the mapping alive but drops the memmap subclass,
