@@ -21,6 +21,7 @@ killed — stays as it was (:class:`irflow.store.corpus.Corpus`).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,9 @@ EMBEDDER_NOTE = ("irflow add: pass --embedder SPEC, the embedder the corpus was 
 def _open(corpus_path: str, embedder: str | None = None) -> Any:
     """The corpus to update (plain or sharded), refused with a clear error when it cannot be updated."""
     corpus = open_corpus(corpus_path, embedder=embedder)
-    if not all(hasattr(corpus, name) for name in ("batch", "compact")):  # a sharded corpus of an older irflow
+    if hasattr(corpus, "close"):  # a sharded corpus serves its shards until closed
+        click.get_current_context().call_on_close(corpus.close)
+    if not all(hasattr(corpus, name) for name in ("batch", "compact")):  # a sharded corpus that cannot update
         raise CorpusError(f"{corpus_path} is a sharded corpus, which this command cannot update in place; update "
                           "the corpus it was sharded from and shard it again (irflow shard)")
     return corpus
@@ -213,8 +216,7 @@ def _ids_of_lines(lines: Iterator[tuple[int, bytes]], name: str) -> list[str]:
 def read_ids(path: str) -> list[str]:
     """The record ids of a file, one per line (blank lines skipped; ``-``: standard input)."""
     if path == "-":
-        return _ids_of_lines(read_lines(click.get_binary_stream("stdin"), "standard input", "ids file"),
-                             "standard input")
+        return _ids_of_lines(read_lines(sys.stdin.buffer, "standard input", "ids file"), "standard input")
     with open_regular(path, "ids file") as handle:
         return _ids_of_lines(read_lines(handle, path, "ids file"), path)
 
