@@ -388,3 +388,15 @@ def test_writers_killed_at_their_pause_points_and_at_random_leave_before_or_afte
     assert done.failures == []
     paused = sum(c["pause killed"] for c in done.tally.values())
     assert paused == 6 and sum(c["left before"] for c in done.tally.values()) >= 5, done.table()
+
+
+def test_an_updated_corpus_is_still_guarded_and_can_be_rebuilt(root, tmp_path):
+    ok("add", root, _write(tmp_path / "m.jsonl", MORE))
+    ok("delete", root, "--artifact", "pkg03")
+    generation = root / (root / "CURRENT").read_text().split()[0]
+    for inside in (root / "t.jsonl", generation / "t.jsonl"):
+        result = fails(1, "run", "lexical", "--corpus", root, "-q", "parser", "--trace", inside)
+        assert f"is inside the irflow corpus {root}" in result.stderr
+    ok("index", tmp_path / "m.jsonl", "--out", root, "--embedder", EMBEDDER, "--no-progress")  # a rebuild over it
+    assert len(open_corpus(root)) == len(MORE) and len(open_corpus(root).segments) == 1
+    assert "it holds" in ok("add", root, _write(tmp_path / "n.jsonl", ARTIFACTS[50])).stdout
