@@ -207,10 +207,12 @@ def partial_stats(postings: Postings, rows: np.ndarray | None, tokens: Iterable[
             df[token] = 0
             continue
         lo, hi = int(offsets[term]), int(offsets[term + 1])
-        if rows is None:
+        if rows is None or hi == lo:
+            # an empty term (a merged segment keeps the vocabulary of the rows it dropped) starts where the
+            # next term does: never looked up by that offset, which names the next term in the cache
             df[token] = hi - lo
             continue
-        found = cache.get(lo)
+        found = cache.get(lo)  # a non-empty term is identified by where its postings start
         if found is None:
             found = int(np.count_nonzero(rows[post_rows[lo:hi].astype(np.intp)]))
             if len(cache) >= 1 << 16:
