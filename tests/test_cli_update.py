@@ -400,3 +400,12 @@ def test_an_updated_corpus_is_still_guarded_and_can_be_rebuilt(root, tmp_path):
     ok("index", tmp_path / "m.jsonl", "--out", root, "--embedder", EMBEDDER, "--no-progress")  # a rebuild over it
     assert len(open_corpus(root)) == len(MORE) and len(open_corpus(root).segments) == 1
     assert "it holds" in ok("add", root, _write(tmp_path / "n.jsonl", ARTIFACTS[50])).stdout
+
+
+def test_an_empty_ids_file_and_a_huge_id_get_short_clear_errors(root, tmp_path):
+    before = _snapshot(root)
+    empty = fails(1, "delete", root, "--ids-from", _write(tmp_path / "e.txt", ["", "  "]))
+    assert "holds no record id (one per line); nothing was deleted" in empty.stderr
+    huge = fails(1, "delete", root, "--id", "x" * 5000)
+    assert "(5002 characters)" in huge.stderr and len(huge.stderr) < 500  # cut, not echoed whole
+    assert _snapshot(root) == before

@@ -242,6 +242,9 @@ def delete_command(corpus_path: str, ids: tuple[str, ...], artifacts: tuple[str,
     if not ids and not artifacts and ids_from is None:
         raise click.UsageError("nothing to delete: give --id ID, --artifact ARTIFACT or --ids-from FILE")
     wanted = list(ids) + ([] if ids_from is None else read_ids(ids_from))  # read before the corpus opens
+    if not wanted and not artifacts:
+        raise InputError(f"{'standard input' if ids_from == '-' else ids_from} holds no record id (one per line); "
+                         "nothing was deleted")
     corpus = _open(corpus_path)
     try:
         with corpus.batch() as batch:
