@@ -409,3 +409,15 @@ def test_an_empty_ids_file_and_a_huge_id_get_short_clear_errors(root, tmp_path):
     huge = fails(1, "delete", root, "--id", "x" * 5000)
     assert "(5002 characters)" in huge.stderr and len(huge.stderr) < 500  # cut, not echoed whole
     assert _snapshot(root) == before
+
+
+def test_a_corpus_named_under_irflow_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("IRFLOW_HOME", str(tmp_path / "home"))
+    ok("index", _write(tmp_path / "base.jsonl", BASE), "--out", tmp_path / "home" / "corpora" / "named",
+       "--embedder", EMBEDDER, "--no-progress")
+    monkeypatch.chdir(tmp_path)
+    summary = json.loads(ok("add", "named", _write(tmp_path / "m.jsonl", MORE), "--json").stdout)
+    assert summary["added"] == len(MORE) and summary["name"] == "named"
+    assert "deleted" in ok("delete", "named", "--artifact", "pkg01").stdout
+    assert "compacted corpus 'named'" in ok("compact", "named").stdout
+    assert "no corpus named 'nameless'" in fails(1, "compact", "nameless").stderr
