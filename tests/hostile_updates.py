@@ -260,6 +260,7 @@ class Attack:
         self.took: dict[str, list[float]] = {op: [] for op in OPS}
         self.startup = 0.0 if fork else _startup()
         self.kills = 0
+        self.rounds = 0
 
     def _delay(self, op: str) -> float:
         """A random moment of the child's life: after the interpreter starts, up to a little past its end."""
@@ -273,7 +274,8 @@ class Attack:
         scene = self.scene
         before = live(scene.root)
         job, after = scene.plan(op, before)
-        marker = scene.work / f"paused-{scene.files}-{op}"
+        self.rounds += 1
+        marker = scene.work / f"paused-{self.rounds:05d}"  # one per round: an old marker would end the wait at once
         if how == "pause":
             point = point or scene.rng.choice(scene.pause_points(op))
             point = point.replace("NEXT", f"seg-{scene.next_segment():06d}")
