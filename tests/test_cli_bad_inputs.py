@@ -296,6 +296,8 @@ def _cases() -> list[Case]:
     for name in [f"{kind}.jsonl" for kind in FILE_KINDS]:
         cases.append((("index",), name, _with_file(name, lambda env, p: ["index", p, "--out",
                                                                           str(env.root / "out-index")])))
+        cases.append((("add",), name, _with_file(name, lambda env, p: ["add", str(env.corpus), p])))
+        cases.append((("delete",), name, _with_file(name, lambda env, p: ["delete", str(env.corpus), "--ids-from", p])))
         for command in (("trace", "show"), ("trace", "explain")):
             extra = ["pkg1"] if command[1] == "explain" else []
             cases.append((command, name, _with_file(name, lambda env, p, c=command, e=extra: [*c, p, *e])))
@@ -402,6 +404,22 @@ def _cases() -> list[Case]:
                                                                  str(ro / "s")])),
         (("run",), "ray-on-a-plain-corpus", lambda env: ["run", "lexical", "--corpus", str(env.corpus), "-q", "x",
                                                          "--ray", "auto"]),
+        (("add",), "corpus-missing", lambda env: ["add", str(env.root / "no-corpus"), str(env.records)]),
+        (("add",), "corpus-is-a-file", lambda env: ["add", str(env.afile), str(env.records)]),
+        (("add",), "ids-live", lambda env: ["add", str(env.corpus), str(env.records)]),
+        (("add",), "upsert-and-artifacts", lambda env: ["add", str(env.corpus), str(env.records), "--upsert",
+                                                        "--artifacts"]),
+        (("add",), "embedder-not-custom", lambda env: ["add", str(env.corpus), str(env.records), "--upsert",
+                                                       "--embedder", "hash:8"]),
+        (("add",), "file-of-the-corpus", lambda env: ["add", str(env.corpus), str(env.corpus / "CURRENT")]),
+        (("delete",), "nothing", lambda env: ["delete", str(env.corpus)]),
+        (("delete",), "unknown-id", lambda env: ["delete", str(env.corpus), "--id", "no-such-record"]),
+        (("delete",), "unknown-artifact", lambda env: ["delete", str(env.corpus), "--artifact", "no-such-artifact"]),
+        (("delete",), "missing-bogus", lambda env: ["delete", str(env.corpus), "--id", "x", "--missing", "maybe"]),
+        (("delete",), "corpus-missing", lambda env: ["delete", str(env.root / "no-corpus"), "--id", "x"]),
+        (("compact",), "corpus-missing", lambda env: ["compact", str(env.root / "no-corpus")]),
+        (("compact",), "corpus-foreign", lambda env: ["compact", str(env.bad)]),
+        (("compact",), "unexpected-argument", lambda env: ["compact", str(env.corpus), "extra"]),
         (("recipes",), "unexpected-argument", lambda env: ["recipes", "extra"]),
         (("recipes",), "unknown-option", lambda env: ["recipes", "--bogus"]),
     ]
@@ -416,7 +434,7 @@ def test_every_command_has_bad_input_cases() -> None:
     covered = {command for command, _, _ in CASES}
     assert commands <= covered, f"commands without bad-input cases: {sorted(commands - covered)}"
     assert {("index",), ("run",), ("validate",), ("graph",), ("recipes",), ("eval",), ("demo",), ("shard",),
-            ("trace", "show"), ("trace", "diff"), ("trace", "explain"), ("report",)} <= commands
+            ("add",), ("delete",), ("compact",), ("trace", "show"), ("trace", "diff"), ("trace", "explain"), ("report",)} <= commands
 
 
 def _error_paragraph(text: str) -> str:

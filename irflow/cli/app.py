@@ -1,4 +1,4 @@
-"""The ``irflow`` command line: index, shard, run, eval, validate, graph, trace, report, demo.
+"""The ``irflow`` command line: index, add, delete, compact, shard, run, eval, validate, graph, trace, report, demo.
 
 Readable output by default, ``--json`` for machines.  A user mistake — a bad
 recipe, a missing corpus, a malformed ``--set``, any :class:`IrflowError`, a
@@ -7,6 +7,8 @@ errors, 1 for recipe / validation / corpus errors), never a traceback; an
 unexpected exception is a bug and keeps its traceback.
 
     irflow index records.jsonl --out ./corpus
+    irflow add ./corpus more.jsonl --upsert
+    irflow delete ./corpus --artifact unbox
     irflow shard ./corpus --shards 4 --out ./corpus.sharded
     irflow run hybrid --corpus ./corpus.sharded --ray auto --query "sql parser"
     irflow run hybrid --corpus ./corpus --query "sql parser" --set k=5 --trace run.jsonl
@@ -39,6 +41,7 @@ from irflow.cli.output import echo_json, machine_readable
 from irflow.cli.index import RECORD_FORMAT, bad_lines_report, read_record_file, skipped_report
 from irflow.cli.plugins import PLUGINS_META, plugin_option
 from irflow.cli.shard import ray_option, shard_command
+from irflow.cli.update import add_command, compact_command, delete_command
 from irflow.cli.text import PATH_TEXT, paths_print_as_given, utf8_parameters
 from irflow.engine.recipe import builtin_recipes, load_recipe
 from irflow.errors import IrflowError, ParameterError, RecipeError
@@ -491,6 +494,9 @@ from irflow.cli.trace import trace  # noqa: E402  (the "trace" group lives in it
 main.add_command(trace)
 main.add_command(report)
 main.add_command(shard_command)
+main.add_command(add_command)
+main.add_command(delete_command)
+main.add_command(compact_command)
 utf8_parameters(main)  # every plain string parameter is UTF-8 text (paths are declared PATH_TEXT)
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,4 +1,4 @@
-"""Reading the input of ``irflow index``: one record per line, irflow records or BEIR documents.
+"""Reading the input of ``irflow index`` and ``irflow add``: one record per line, irflow records or BEIR documents.
 
 Two line formats, one per file (the first JSON object decides):
 
@@ -266,11 +266,14 @@ def _counts(bad: Iterable[BadLine]) -> str:
     return ", ".join(f"{n:,} {names.get(kind, kind)}" for kind, n in counted.most_common())
 
 
-def bad_lines_report(found: RecordFile) -> str:
-    """The error for a file with bad lines: every bad line by number, the first ones with their reason."""
+def bad_lines_report(found: RecordFile, *, done: str = "nothing was indexed", to: str = "index") -> str:
+    """The error for a file with bad lines: every bad line by number, the first ones with their reason.
+
+    ``done`` says what the command did not do, ``to`` what --skip-bad does (``irflow add``: "add").
+    """
     bad = found.bad
     head = (f"{found.path}: {len(bad):,} bad line{'s' if len(bad) != 1 else ''} of {found.lines:,} "
-            f"({_counts(bad)}); nothing was indexed. Fix them, or pass --skip-bad to index the other lines.")
+            f"({_counts(bad)}); {done}. Fix them, or pass --skip-bad to {to} the other lines.")
     lines = [head] + [f"  line {b.number}: {b.reason}" for b in bad[:DETAILED]]
     if len(bad) > DETAILED:
         lines.append(f"  and {len(bad) - DETAILED:,} more: lines {_numbers(b.number for b in bad[DETAILED:])}")

@@ -300,10 +300,22 @@ def is_generation(path: Path) -> bool:
 
 
 def is_temporary(path: Path) -> bool:
-    """A killed writer's directory: exact ``.tmp-gen-NNNNNN-xxxxxxxx``, marked or still empty."""
+    """A killed writer's directory: exact ``.tmp-gen-NNNNNN-xxxxxxxx``, marked, still empty, or holding only a
+    marker cut short (the writer was killed while writing it, its first file)."""
     if not TMP_GEN_RE.match(path.name) or not stat.S_ISDIR(lstat_mode(path)):
         return False
-    return is_marked(path) or not any(path.iterdir())
+    return is_marked(path) or not any(path.iterdir()) or _only_marker(path, partial=True)
+
+
+def _only_marker(path: Path, *, partial: bool) -> bool:
+    """The directory holds nothing but irflow's marker file (``partial``: or the start of it)."""
+    names = [p.name for p in path.iterdir()]
+    if names != [MARKER_FILE] or not stat.S_ISREG(lstat_mode(path / MARKER_FILE)):
+        return False
+    with contextlib.suppress(OSError), open(path / MARKER_FILE, "rb") as fh:
+        text = fh.read(len(MARKER_TEXT) + 1)
+        return text == MARKER_TEXT or (partial and MARKER_TEXT.startswith(text))
+    return False
 
 
 def is_pointer_temp(path: Path) -> bool:
@@ -384,9 +396,14 @@ def link_or_copy(source: Path, target: Path) -> None:
 
 
 def remove_files(directory: Path, names: Iterable[str] | None) -> None:
-    """Unlink *names* (None: every regular file) in *directory*, then the directory if that emptied it."""
+    """Unlink *names* (None: every regular file) in *directory*, then the directory if that emptied it.
+
+    The marker file goes last: killed midway, the directory still carries
+    the proof that irflow may remove it, and the next clean-up finishes.
+    """
     if names is None:
         names = [p.name for p in directory.iterdir() if stat.S_ISREG(lstat_mode(p))]
+    names = sorted(names, key=lambda name: name == MARKER_FILE)  # stable: the others keep their order
     for name in names:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(directory / name)
@@ -412,6 +429,8 @@ def _remove_generation(path: Path) -> None:
             logger.debug("kept %s: a reader is opening it", path)
             return
         listed = listed_files(path)
+        if listed is None and _only_marker(path, partial=False):
+            listed = []  # a removal killed after the manifest went: only the marker is left
         if listed is None:
             logger.warning("left %s in place: it has no readable manifest saying which files irflow wrote", path)
             return

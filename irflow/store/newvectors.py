@@ -29,15 +29,16 @@ from irflow.store.records import Record
 from irflow.store.segment import CorpusContext, SegmentView
 from irflow.kernels.digests import KeyIndex
 from irflow.store.textdigest import text_digests, text_index
+from irflow.util.fileio import shown
 from irflow.util.progress import bar
 
 __all__ = ["new_vectors", "texts_of", "named"]
 
 
 def named(ids: Sequence[str], limit: int = 5) -> str:
-    """The first few of *ids*, quoted, and how many there are in all."""
-    shown = ", ".join(repr(i) for i in ids[:limit])
-    return shown + (f" and {len(ids) - limit} more ({len(ids)} in all)" if len(ids) > limit else "")
+    """The first few of *ids*, quoted (a long one cut: it may be a whole line of a file), and how many in all."""
+    listed = ", ".join(shown(i, 80) for i in ids[:limit])
+    return listed + (f" and {len(ids) - limit} more ({len(ids)} in all)" if len(ids) > limit else "")
 
 
 def texts_of(view: SegmentView) -> KeyIndex:

@@ -210,7 +210,7 @@ def partial_stats(postings: Postings, rows: np.ndarray | None, tokens: Iterable[
         if rows is None or lo == hi:  # (a merge's term whose rows all went: no postings, and its lo is another's)
             df[token] = hi - lo
             continue
-        found = cache.get(lo)
+        found = cache.get(lo)  # a non-empty term is identified by where its postings start
         if found is None:
             found = int(np.count_nonzero(rows[post_rows[lo:hi].astype(np.intp)]))
             if len(cache) >= 1 << 16:
