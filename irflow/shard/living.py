@@ -18,13 +18,14 @@ from __future__ import annotations
 import contextlib
 import copy
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from irflow.store.mergepolicy import MergePolicy
 from irflow.store.records import Record
-from irflow.store.updates import Batch, Operation, UpdateReport
+from irflow.store.update_methods import UpdateMethods
+from irflow.store.updates import Operation, UpdateReport
 from irflow.kernels.rowmap import RowMap
 from irflow.shard.backend import Backend, InProcessBackend
 from irflow.shard.manifest import ShardManifest
@@ -39,7 +40,7 @@ __all__ = ["ShardedUpdates"]
 ITER_CHUNK = 1024
 
 
-class ShardedUpdates:
+class ShardedUpdates(UpdateMethods):
     """The update members of a sharded corpus (each one atomic commit of every shard it changes)."""
 
     # what ShardedCorpus holds (irflow.shard.driver)
@@ -57,33 +58,10 @@ class ShardedUpdates:
     _everywhere: Any
     records: Any
 
-    def add(self, records: Iterable[Record | Mapping[str, Any]], *, progress: bool = False,
-            batch_size: int = 512) -> UpdateReport:
-        """Add records as one commit (see :meth:`irflow.Corpus.add`); a new artifact goes to the last shard."""
-        return self._update([Operation.of_records("add", records)], progress, batch_size)
-
-    def upsert(self, records: Iterable[Record | Mapping[str, Any]], *, progress: bool = False,
-               batch_size: int = 512) -> UpdateReport:
-        """Add records; one whose id is live replaces it (in the shard holding its artifact)."""
-        return self._update([Operation.of_records("upsert", records)], progress, batch_size)
-
-    def delete(self, record_ids: Iterable[str] | str, *, missing: str = "error") -> UpdateReport:
-        """Delete records by id, in whichever shard holds them (``missing="ok"``: warn about ids not live)."""
-        return self._update([Operation.of_ids(record_ids, missing)], False, 512)
-
-    def put_artifact(self, artifact_id: str, records: Iterable[Record | Mapping[str, Any]], *,
-                     progress: bool = False, batch_size: int = 512) -> UpdateReport:
-        """Replace every surface of an artifact at once (in the shard holding it; empty: delete it)."""
-        return self._update([Operation.of_records("put_artifact", records, artifact=str(artifact_id))], progress,
-                            batch_size)
-
-    def delete_artifact(self, artifact_id: str, *, missing: str = "error") -> UpdateReport:
-        """Delete every live record of an artifact."""
-        return self._update([Operation("delete_artifact", artifact=str(artifact_id), missing=missing)], False, 512)
-
-    def batch(self, *, progress: bool = False, batch_size: int = 512) -> Batch:
-        """Several operations as one commit: ``with sharded.batch() as b: b.add(...); b.delete(...)``."""
-        return Batch(lambda operations: self._update(operations, progress, batch_size))
+    def _commit(self, operations: Sequence[Operation], progress: bool, batch_size: int) -> UpdateReport:
+        """An update (see :class:`~irflow.store.update_methods.UpdateMethods`): new artifacts go to the last
+        shard, everything else to the shard that holds its artifact."""
+        return self._update(operations, progress, batch_size)
 
     def compact(self, *, progress: bool = False) -> UpdateReport:
         """Merge each shard's segments into one, without deleted rows (answers unchanged; global rows renumbered)."""

@@ -50,7 +50,8 @@ from irflow.store.mergepolicy import MergePolicy, SegmentInfo
 from irflow.store.newvectors import new_vectors
 from irflow.store.segment import CorpusContext, Segment, SegmentView
 from irflow.store.state import CorpusState, make_state
-from irflow.store.updates import Batch, Operation, UpdateReport, apply_operations
+from irflow.store.update_methods import UpdateMethods
+from irflow.store.updates import Operation, UpdateReport, apply_operations
 from irflow.store.writer import MemoryWriter, infos, segment_id, segment_number
 from irflow.store.vectors import VectorCheck, document_vectors
 from irflow.util.corpusmarks import CORPUS, refuse_inside_corpus
@@ -62,7 +63,7 @@ __all__ = ["Corpus", "build", "open_corpus"]
 logger = logging.getLogger(__name__)
 
 
-class Corpus(CorpusReader):
+class Corpus(CorpusReader, UpdateMethods):
     """Records and their indexes, row-aligned; what every retrieval stage reads, through the corpus protocol.
 
     Implements :class:`irflow.store.protocol.CorpusProtocol` (the members
@@ -161,43 +162,6 @@ class Corpus(CorpusReader):
         return other
 
     # -- updates -----------------------------------------------------------------------------
-
-    def add(self, records: Iterable[Record | Mapping[str, Any]], *, progress: bool = False,
-            batch_size: int = 512) -> UpdateReport:
-        """Add records (Record objects or dicts, as :func:`build` takes them) as one commit.
-
-        A record whose id is live in the corpus is refused ("use upsert");
-        so are a duplicate id or ``(artifact, surface_index)`` within the
-        call or against the live records.  An omitted ``surface_index``
-        numbers the record after the surfaces its artifact holds already.
-        Only texts the corpus lacks are embedded (see :mod:`irflow.store.newvectors`).
-        Afterwards the corpus answers every query exactly as a fresh
-        ``build`` of its live records (``list(corpus)``) would.
-        """
-        return self._commit([Operation.of_records("add", records)], progress, batch_size)
-
-    def upsert(self, records: Iterable[Record | Mapping[str, Any]], *, progress: bool = False,
-               batch_size: int = 512) -> UpdateReport:
-        """Add records; one whose id is live replaces it (the old row is deleted, the new one goes at the end)."""
-        return self._commit([Operation.of_records("upsert", records)], progress, batch_size)
-
-    def delete(self, record_ids: Iterable[str] | str, *, missing: str = "error") -> UpdateReport:
-        """Delete records by id, off the ledger too; an id not live is an error (``missing="ok"``: a warning)."""
-        return self._commit([Operation.of_ids(record_ids, missing)], False, 512)
-
-    def put_artifact(self, artifact_id: str, records: Iterable[Record | Mapping[str, Any]], *,
-                     progress: bool = False, batch_size: int = 512) -> UpdateReport:
-        """Replace every surface of an artifact by *records* at once (surface indices from 0; empty: delete it)."""
-        return self._commit([Operation.of_records("put_artifact", records, artifact=str(artifact_id))], progress,
-                            batch_size)
-
-    def delete_artifact(self, artifact_id: str, *, missing: str = "error") -> UpdateReport:
-        """Delete every live record of an artifact (an unknown one is an error; ``missing="ok"``: a warning)."""
-        return self._commit([Operation("delete_artifact", artifact=str(artifact_id), missing=missing)], False, 512)
-
-    def batch(self, *, progress: bool = False, batch_size: int = 512) -> Batch:
-        """Several operations as one commit: ``with corpus.batch() as b: b.add(...); b.delete(...)``."""
-        return Batch(lambda operations: self._commit(operations, progress, batch_size))
 
     def compact(self, *, progress: bool = False) -> UpdateReport:
         """Merge every segment into one, without deleted rows (answers unchanged); a no-op when there is nothing to merge."""
