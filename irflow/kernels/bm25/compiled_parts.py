@@ -47,12 +47,13 @@ def _pointer(typingctx: Any, address: Any, like: Any) -> Any:
 
 @njit(inline="always")
 def _one(table, p, i, like):  # pragma: no cover - compiled
-    return carray(_pointer(table[p, 3 * i], like), (table[p, 3 * i + 1],))
+    return carray(_pointer(table[p, 3 * i], like), (table[p, 3 * i + 1],))  # type: ignore[call-arg]
 
 
 @njit(inline="always")
 def _two(table, p, i, like):  # pragma: no cover - compiled
-    return carray(_pointer(table[p, 3 * i], like), (table[p, 3 * i + 1], table[p, 3 * i + 2]))
+    shape = (table[p, 3 * i + 1], table[p, 3 * i + 2])
+    return carray(_pointer(table[p, 3 * i], like), shape)  # type: ignore[call-arg]
 
 
 @njit(nogil=True, cache=True, error_model="numpy")

@@ -152,7 +152,7 @@ class PartsScorer:
         if vias not in self._tables:
             arrays = [scorer._compiled_arrays(via) for (scorer, _), via in zip(self.parts, vias)]
             rows = [_compiled_loop().table_row(a, arrays[0]) for a in arrays]
-            table = None if any(r is None for r in rows) else np.stack(rows)  # type: ignore[arg-type]
+            table = None if any(r is None for r in rows) else np.stack(rows)
             if table is not None:
                 table.flags.writeable = False
             if len(self._tables) >= 64:
