@@ -24,7 +24,8 @@ wall time and the bytes of the files it wrote (files of the new generation
 not shared with the one before), against the corpus's bytes.
 
 Search latency: BM25 and dense, through ``search()`` (top 10) and the
-kernels (``bm25_topk`` / ``dense_topk``, k = 10), on the segmented corpus
+kernels (``bm25_topk`` / ``dense_topk``, k = 10, the query tokenized or
+embedded beforehand, no ids fetched), on the segmented corpus
 and the compacted one, interleaved pass by pass (``_harness.interleaved``),
 with one BLAS thread and with the default threads; per query the median
 over ``--repeats`` passes, then the median and p90 over queries, and the
@@ -277,20 +278,25 @@ def _hits(corpus: Any, text: str, mode: str) -> list[tuple[str, float]]:
     return [(h.record_id, h.score) for h in irflow.search(corpus, text, mode=mode, k=10)]
 
 
-def _kernel(corpus: Any, text: str, kind: str) -> list[tuple[str, float]]:
-    if kind == "bm25":
-        top = corpus.bm25_topk(corpus.tokenize_queries([text]), None, 10)
-    else:
-        top = corpus.dense_topk(corpus.embed_queries([text]), None, 10)
-    rows, scores = top.per_query(0)
+def _kernel(corpus: Any, query: Any, kind: str) -> Any:
+    """The kernel alone (the query tokenized or embedded before: a lookup; no ids fetched)."""
+    return corpus.bm25_topk(query, None, 10) if kind == "bm25" else corpus.dense_topk(query, None, 10)
+
+
+def _kernel_hits(corpus: Any, text: str, kind: str) -> list[tuple[str, float]]:
+    query = corpus.tokenize_queries([text]) if kind == "bm25" else corpus.embed_queries([text])
+    rows, scores = _kernel(corpus, query, kind).per_query(0)
     return list(zip(corpus.record_ids_of(rows).tolist(), scores.tolist()))
 
 
-CALLS: dict[str, Callable[[Any, str], Any]] = {
-    "bm25_topk": lambda c, t: _kernel(c, t, "bm25"),
-    "search lexical": lambda c, t: _hits(c, t, "lexical"),
-    "dense_topk": lambda c, t: _kernel(c, t, "dense"),
-    "search dense": lambda c, t: _hits(c, t, "dense"),
+#: name -> (the timed call on a prepared query, the answer as (record id, score) pairs, the query's preparation)
+CALLS: dict[str, tuple[Callable[[Any, Any], Any], Callable[[Any, str], Any], Callable[[Any, str], Any]]] = {
+    "bm25_topk": (lambda c, q: _kernel(c, q, "bm25"), lambda c, t: _kernel_hits(c, t, "bm25"),
+                  lambda c, t: c.tokenize_queries([t])),
+    "search lexical": (lambda c, t: _hits(c, t, "lexical"), lambda c, t: _hits(c, t, "lexical"), lambda c, t: t),
+    "dense_topk": (lambda c, q: _kernel(c, q, "dense"), lambda c, t: _kernel_hits(c, t, "dense"),
+                   lambda c, t: c.embed_queries([t])),
+    "search dense": (lambda c, t: _hits(c, t, "dense"), lambda c, t: _hits(c, t, "dense"), lambda c, t: t),
 }
 
 
@@ -299,17 +305,18 @@ def run_latency(args: argparse.Namespace, work: Path) -> tuple[list[list[Any]], 
     texts, embedder = queries(args.queries, Source(1, args.seed).centres, args.seed)
     corpora = {name: open_corpus(work / name, embedder=embedder) for name in ("segmented", "compacted")}
     same = checked = 0
-    for call in CALLS.values():  # first calls (codes, masks, numba) out of the timing; the answers compared
+    for _, answer, _ in CALLS.values():  # first calls (codes, masks, numba) out of the timing; answers compared
         for text in texts:
-            a, b = (call(corpora[name], text) for name in corpora)
+            a, b = (answer(corpora[name], text) for name in corpora)
             same += a == b
             checked += 1
     rows = []
     for threads in ("1", "default"):
         limit = _threads(threads)
         with limit:
-            for name, call in CALLS.items():
-                systems = {f"{c} {name}": (lambda i, c=c, call=call: call(corpora[c], texts[i]), len(texts),
+            for name, (call, _, prepare) in CALLS.items():
+                prepared = {c: [prepare(corpora[c], t) for t in texts] for c in corpora}
+                systems = {f"{c} {name}": (lambda i, c=c, call=call, p=prepared: call(corpora[c], p[c][i]), len(texts),
                                            args.repeats) for c in corpora}
                 timing = H.interleaved(systems, len(texts))
                 clock = "cpu" if threads == "1" else "wall"
