@@ -13,9 +13,9 @@ import pytest
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-def _run(script: str, *args: str) -> str:
+def _run(script: str, *args: str, timeout: float = 240) -> str:
     done = subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True, text=True,
-                          timeout=240, cwd=BENCH.parent)
+                          timeout=timeout, cwd=BENCH.parent)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
@@ -120,3 +120,16 @@ def test_batch_quick_gives_the_same_answers_in_any_batch_and_thread_count():
     agree = re.search(r"hits equal to the kernels by hand: (\d+)/(\d+)", out)
     assert agree is not None and agree.group(1) == agree.group(2), out
     assert out.count("kernels by hand / recipe:") == 2  # threads 1 and 2
+
+
+def test_update_quick_measures_commits_compact_and_latency(tmp_path):
+    pytest.importorskip("numba")
+    out = _run("update.py", "--quick", "--queries", "8", "--commits", "1", "--workdir", str(tmp_path), timeout=600)
+    assert "OPENBLAS_CORETYPE=" in out and "111,111 rows in 10 segments, 100,000 live" in out
+    assert re.search(r"compact: [0-9.]+ s; peak RSS of the process \d+ MB", out)
+    for commit in ("add 1,000", "delete 1,000"):
+        assert re.search(commit + r" +1 +[0-9.]+ +[0-9.]+ +[0-9.]+", out), out
+    for call in ("bm25_topk", "search lexical", "dense_topk", "search dense"):
+        assert len(re.findall(rf"^{call} +(1|default) +(cpu|wall)", out, re.M)) == 2, out
+    # the segmented corpus answers as the compacted one: every query, every call
+    assert "same hits (record ids and score bits) on both corpora: 32/32" in out

@@ -19,7 +19,6 @@ from click.testing import CliRunner
 
 import irflow
 from irflow.cli import main
-from irflow.shard.driver import ShardedCorpus
 from irflow.store.corpus import open_corpus
 from irflow.store.records import Record
 from irflow.util import progress

@@ -343,14 +343,14 @@ def _round_down_scalar(value: float, dtype: np.dtype) -> np.floating:
 
 def _one_query_candidates(matrix: np.ndarray, query: np.ndarray, mask: np.ndarray | None,
                           kept: np.ndarray | None, k: int, window: float,
-                          block: np.ndarray | None = None) -> np.ndarray:
-    """Rows that may reach one query's top k: ``_Candidates`` with fewer numpy calls.
+                          block: np.ndarray | None = None, least: float = -math.inf) -> np.ndarray:
+    """Rows that may reach one query's top k (and ``least``): ``_Candidates`` with fewer numpy calls.
 
     A selective filter leaves a product of a few hundred microseconds, so
     the bookkeeping around it must stay small.
     """
     rows_parts, score_parts = [], []
-    floor = -math.inf
+    floor = least - window
     for rows, tile, tile_mask in _tiles(matrix, mask, kept, 1, block=block):
         scores = tile @ query  # a matrix-vector product: memory speed
         if tile_mask is not None:
@@ -367,17 +367,18 @@ def _one_query_candidates(matrix: np.ndarray, query: np.ndarray, mask: np.ndarra
     scores = score_parts[0] if len(score_parts) == 1 else np.concatenate(score_parts)
     if scores.size > k:
         kth = float(np.partition(scores, scores.size - k)[scores.size - k])
-        floor = kth - window
+        floor = max(floor, kth - window)
     return rows[scores >= _round_down_scalar(floor, scores.dtype)]
 
 
 def _candidates(matrix: np.ndarray, queries: np.ndarray, mask: np.ndarray | None,
                 kept: np.ndarray | None, k: int, windows: np.ndarray,
-                block: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(query, row) of every candidate row whose approximate score may reach the top k."""
+                block: np.ndarray | None = None, least: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(query, row) of every candidate row whose approximate score may reach the top k (``least``: one query's)."""
     n_queries = queries.shape[0]
     if n_queries == 1:
-        single = _one_query_candidates(matrix, queries[0], mask, kept, k, float(windows[0]), block)
+        single = _one_query_candidates(matrix, queries[0], mask, kept, k, float(windows[0]), block,
+                                       -math.inf if least is None else float(least[0]))
         return np.zeros(single.size, dtype=np.intp), single
     found = _Candidates(n_queries, k, windows, matrix.dtype)
     buffer: np.ndarray | None = None  # one (rows, queries) block reused by every tile
@@ -410,7 +411,8 @@ def _best(query: np.ndarray, row: np.ndarray, score: np.ndarray, k: int, n_queri
 
 def dense_topk(matrix: np.ndarray, queries: np.ndarray, mask: np.ndarray | None,
                fetch_k: int, *, norm_bound: float | None = None,
-               gathered: tuple[np.ndarray, np.ndarray] | None = None, index: DenseIndex | None = None) -> TopK:
+               gathered: tuple[np.ndarray, np.ndarray] | None = None, index: DenseIndex | None = None,
+               least: np.ndarray | None = None) -> TopK:
     """Top ``fetch_k`` rows of ``matrix`` by dot product with each query, exactly.
 
     ``matrix`` (n, d) and ``queries`` (q, d) or (d,) are expected
@@ -431,7 +433,12 @@ def dense_topk(matrix: np.ndarray, queries: np.ndarray, mask: np.ndarray | None,
     be of this matrix: the compiled scan reads them instead of the float32
     rows to find the candidates (4x fewer bytes), unless the rows are
     gathered or the batch is large (``SCAN_MAX_QUERIES``); the same answer
-    to the bit.
+    to the bit.  ``least`` (one float per query): the k-th best score of
+    rows ranked before these (a corpus's earlier segments, whose rows win
+    ties); rows scoring at or below it are not wanted, so the ranking step
+    may leave them out: the answer holds every row of the top k that scores
+    above it, ranked and scored as without ``least``, and perhaps some
+    below it after them (the int8 scan and one query's product prune from it).
 
     >>> m = np.array([[1, 0], [0, 1], [1, 0]], dtype=np.float32)
     >>> top = dense_topk(m, np.array([1, 0], np.float32), np.array([False, True, True]), 5)
@@ -452,6 +459,10 @@ def dense_topk(matrix: np.ndarray, queries: np.ndarray, mask: np.ndarray | None,
                 f"mask must be a boolean array of shape ({n_rows},) (one entry per corpus row), "
                 f"got {mask.dtype} {mask.shape}"
             )
+    if least is not None:
+        least = np.asarray(least, dtype=np.float64)
+        if least.shape != (n_queries,):
+            raise IrflowError(f"least must hold one score per query ({n_queries}), got shape {least.shape}")
     if fetch_k <= 0 or n_queries == 0 or n_rows == 0:
         return TopK.empty(n_queries)
     kept = block = None
@@ -479,15 +490,16 @@ def dense_topk(matrix: np.ndarray, queries: np.ndarray, mask: np.ndarray | None,
     parts = []
     if live.size:
         subset = queries if live.size == n_queries else queries[live]
+        floors = None if least is None else least[live]
         found = None
         limit = SCAN_MAX_QUERIES_GROUPED if grouped_scan() else SCAN_MAX_QUERIES
         if index is not None and kept is None and subset.shape[0] <= limit:
             if index.codes.shape != matrix.shape:
                 raise IrflowError(f"index holds codes of shape {index.codes.shape} for a matrix of {matrix.shape}")
-            found = scan_candidates(index, subset, mask, k)  # None: no compiled scan here
+            found = scan_candidates(index, subset, mask, k, least=floors)  # None: no compiled scan here
         if found is None:
             bound = row_norm_bound(matrix) if norm_bound is None else float(norm_bound)
-            found = _candidates(matrix, subset, mask, kept, k, score_windows(matrix, subset, bound), block)
+            found = _candidates(matrix, subset, mask, kept, k, score_windows(matrix, subset, bound), block, floors)
         query, row = found
         parts.append((live[query], row))
     if live.size < n_queries:

@@ -110,21 +110,28 @@ def grouped_scan() -> bool:
     return bool(_MODULE and _MODULE[0] is not None and _MODULE[0].GROUPED)
 
 
-def build_index(matrix: np.ndarray) -> DenseIndex | None:
-    """The int8 index of ``matrix`` when the compiled scan ranks a matrix of its size here, else None."""
-    module = compiled_module(int(matrix.shape[0]))
+def build_index(matrix: np.ndarray, n_rows: int | None = None) -> DenseIndex | None:
+    """The int8 index of ``matrix`` when the compiled scan ranks a matrix of its size here, else None.
+
+    ``n_rows``: the size that decides, when ``matrix`` is a part of a larger
+    corpus (a segment: the corpus's rows are scanned, part after part).
+    """
+    module = compiled_module(int(matrix.shape[0]) if n_rows is None else int(n_rows))
     return None if module is None else DenseIndex.build(matrix, module.encode)
 
 
 def scan_candidates(index: DenseIndex, queries: np.ndarray, mask: np.ndarray | None,
-                    k: int, group: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+                    k: int, group: int | None = None,
+                    least: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """(query, row) of the rows that may reach each query's top ``k`` (queries finite, nonzero).
 
     None when the compiled scan cannot run here (numba missing or not
     chosen): the caller ranks with BLAS.  A superset of each query's exact
     top k, ties included (``irflow.kernels.dense_index``).  ``group``: 1 or
     4 queries' dot products at once (None: 4 where ``dense_scan.dot4`` can;
-    tests compare the two).
+    tests compare the two).  ``least``: per query, a score its rows must
+    exceed to be wanted (see ``dense.dense_topk``'s ``least``): rows whose
+    upper bound is below it are not kept.
     """
     choice = _choice()  # an index given is used whatever its size, unless numpy was asked for
     module = None if choice == "numpy" else _load(required=choice == "numba")
@@ -132,9 +139,10 @@ def scan_candidates(index: DenseIndex, queries: np.ndarray, mask: np.ndarray | N
         return None
     codes = encode_queries(queries)
     flags = np.zeros(0, np.bool_) if mask is None else mask
+    start = np.full(queries.shape[0], -np.inf) if least is None else np.asarray(least, dtype=np.float64)
     query, row = module.scan(index.codes, index.scale, index.error, index.norm, index.blocks, codes.codes,
                              codes.scale, codes.coded_norm, codes.error, codes.norm, flags, int(k), SLACK, BLOCK,
-                             module.group_for(index.codes, codes.codes) if group is None else group)
+                             module.group_for(index.codes, codes.codes) if group is None else group, start)
     return query, row
 
 
@@ -149,13 +157,14 @@ class IndexSlot:
         self._built: tuple[DenseIndex | None, bool] | None = None  # (index, compiled scan chosen then)
         self._lock = threading.Lock()
 
-    def get(self, matrix: np.ndarray) -> DenseIndex | None:
-        """``matrix``'s index where the compiled scan ranks a matrix of its size, else None."""
-        compiled = kernel_name(int(matrix.shape[0])) == "numba"
+    def get(self, matrix: np.ndarray, n_rows: int | None = None) -> DenseIndex | None:
+        """``matrix``'s index where the compiled scan ranks a matrix of its size (or of ``n_rows``), else None."""
+        size = int(matrix.shape[0]) if n_rows is None else int(n_rows)
+        compiled = kernel_name(size) == "numba"
         built = self._built
         if built is None or (compiled and not built[1]):
             with self._lock:
                 built = self._built
                 if built is None or (compiled and not built[1]):
-                    built = self._built = (build_index(matrix), compiled)
+                    built = self._built = (build_index(matrix, size), compiled)
         return built[0]

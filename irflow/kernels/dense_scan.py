@@ -181,8 +181,8 @@ def _compact(kq, kr, ku, m, floor):  # pragma: no cover - compiled
 
 @njit(nogil=True, cache=True, error_model="numpy")
 def scan(codes, scale, error, norm, blocks, qcodes, qscale, qcoded, qerror, qnorm, mask, k, slack,
-         block, group):  # pragma: no cover - compiled
-    """(query, row) of every row whose upper bound reaches the query's k-th best lower bound.
+         block, group, least):  # pragma: no cover - compiled
+    """(query, row) of every row whose upper bound reaches the query's k-th best lower bound and ``least``.
 
     ``codes`` (n, d) int8 with ``scale``, ``error``, ``norm`` per row and
     ``blocks`` per block of ``block`` rows (``DenseIndex.blocks``);
@@ -191,14 +191,17 @@ def scan(codes, scale, error, norm, blocks, qcodes, qscale, qcoded, qerror, qnor
     size 0 for every row; ``k`` at most the rows the mask keeps; ``slack``
     the relative slack of the window; ``block`` rows per block; ``group``
     4: four queries' dot products at once (``dot4``: the
-    dimension a multiple of its ``LANES``, C-contiguous codes), else 1.
+    dimension a multiple of its ``LANES``, C-contiguous codes), else 1;
+    ``least`` (q,) a score per query that rows must reach to be wanted
+    (the k-th score found in the parts before this one; -inf: none), the
+    floor's start: a block or row whose upper bound is below it is skipped.
     """
     n, d = codes.shape
     n_queries = qcodes.shape[0]
     use_mask = mask.size > 0
     heap = np.full((n_queries, k), -np.inf)
     held = np.zeros(n_queries, np.int64)
-    floor = np.full(n_queries, -np.inf)
+    floor = least.copy()
     cap = max(4096, min(2 * k * n_queries, 1 << 20))  # grows when it must: a huge k x batch allocates as it fills
     kq = np.empty(cap, np.int64)
     kr = np.empty(cap, np.int64)
@@ -246,7 +249,7 @@ def scan(codes, scale, error, norm, blocks, qcodes, qscale, qcoded, qerror, qnor
                         continue
                     w = error[r] * qc + norm[r] * qw
                     held[j] = _push(heap, j, held[j], k, up - 2 * w)
-                    if held[j] == k:
+                    if held[j] == k and heap[j, 0] > fl:
                         fl = heap[j, 0]
                         floor[j] = fl
                     if m == cap:

@@ -412,11 +412,17 @@ class SegmentView:
         return self.dense_checked(vectors, queries, mask, fetch_k)
 
     def dense_checked(self, vectors: np.ndarray, queries: np.ndarray, mask: np.ndarray | None,
-                      fetch_k: int) -> TopK:
-        """:meth:`dense_topk` of checked query vectors (a corpus of several segments checks them once)."""
+                      fetch_k: int, *, corpus_rows: int | None = None, least: np.ndarray | None = None) -> TopK:
+        """:meth:`dense_topk` of checked query vectors (a corpus of several segments checks them once).
+
+        ``corpus_rows``: the corpus's size, which decides whether the int8
+        scan ranks (a segment is one part of the rows scanned); ``least``:
+        each query's k-th score in the segments before (see
+        :func:`irflow.kernels.dense.dense_topk`).
+        """
         mask = self.effective_mask(mask)
         return _dense.dense_topk(vectors, queries, mask, fetch_k, gathered=self._gathered_rows(mask, vectors),
-                                 index=self.segment.index.get(vectors))
+                                 index=self.segment.index.get(vectors, corpus_rows), least=least)
 
     def _gathered_rows(self, mask: np.ndarray | None, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """A selective filter's rows and their vectors, kept from its first dense query (None: not kept).

@@ -97,6 +97,17 @@ class _Statistics:
             return self.plain, self.key
 
 
+def _k_best(best: np.ndarray, top: TopK, k: int) -> np.ndarray:
+    """Each query's ``k`` best of ``best`` (n, k, descending) and of a segment's ``top``, descending."""
+    found = np.full_like(best, -np.inf)
+    rank = np.arange(top.query_index.size) - np.searchsorted(top.query_index, top.query_index)
+    found[top.query_index, rank] = top.score
+    both = np.concatenate([best, found], axis=1)
+    both.sort(axis=1)
+    out: np.ndarray = both[:, :-k - 1:-1]
+    return out
+
+
 class SegmentsView:
     """The corpus protocol over several segments' views (see the module docstring); never changes."""
 
@@ -306,9 +317,16 @@ class SegmentsView:
             raise self.context.lexical_only_error()
         queries = self.context.check_queries(query_vectors, self.dim)
         masks, _ = self._parts_of(mask)
-        tops = [p.dense_checked(p.require_vectors(), queries, m, fetch_k) for p, m in zip(self.parts, masks)]
-        return merge_topk([(t.query_index, t.row, t.score) for t in tops], self.rowmap, queries.shape[0],
-                          int(fetch_k))
+        n, k = queries.shape[0], int(fetch_k)
+        best = np.full((n, max(k, 1)), -np.inf)  # each query's k best scores so far: the next segment's floor
+        tops = []
+        for part, m in zip(self.parts, masks):
+            top = part.dense_checked(part.require_vectors(), queries, m, k, corpus_rows=self.n_rows,
+                                     least=best[:, -1])
+            tops.append((top.query_index, top.row, top.score))
+            if top.row.size and k > 0:
+                best = _k_best(best, top, k)
+        return merge_topk(tops, self.rowmap, n, k)
 
     def bm25_topk(self, query_tokens: Sequence[Sequence[str]], mask: np.ndarray | None, fetch_k: int,
                   params: "_bm25.BM25Params | Mapping[str, Any] | None" = None,

@@ -9,7 +9,8 @@ all of them:
   row asc): the query's terms described once, each part's scan
   (``compiled.scan``) starting from the heap the parts before it filled, so
   it prunes from the k-th score they found — a part whose bounds cannot
-  reach it is not even called;
+  reach it is not even scanned; the loop over the parts is compiled too
+  (``compiled_parts``: one call per query, not one per part);
 - otherwise part after part, each told the k-th score found before it (a
   floor: its rows scoring at or below it lose to those rows, which hold
   lower rows), and the parts' tops concatenated in row order, so a stable
@@ -23,6 +24,7 @@ against fresh builds.
 from __future__ import annotations
 
 import heapq
+import importlib
 from typing import Any, Sequence
 
 import numpy as np
@@ -35,6 +37,14 @@ __all__ = ["PartsScorer"]
 
 _NO_ROWS = np.empty(0, dtype=np.int64)
 _NO_SCORES = np.empty(0, dtype=np.float64)
+_LOOP: list[Any] = []  # [irflow.kernels.bm25.compiled_parts], imported with the compiled kernel (numba)
+
+
+def _compiled_loop() -> Any:
+    """The compiled loop over the parts (imported where the compiled kernel is: numba is optional)."""
+    if not _LOOP:
+        _LOOP.append(importlib.import_module("irflow.kernels.bm25.compiled_parts"))
+    return _LOOP[0]
 
 
 class PartsScorer:
@@ -42,6 +52,8 @@ class PartsScorer:
 
     def __init__(self, scorers: Sequence[_Scorer | None], offsets: Sequence[int]) -> None:
         self.parts = [(s, int(o)) for s, o in zip(scorers, offsets) if s is not None]
+        self._offsets = np.array([o for _, o in self.parts], dtype=np.int64)
+        self._tables: dict[tuple[bool, ...], tuple[np.ndarray, tuple[np.ndarray, ...]] | None] = {}  # _table_of
 
     def top(self, tokens: Sequence[str], k: int, corpus_rows: int) -> tuple[np.ndarray, np.ndarray]:
         """(global rows, scores) of the top ``k`` rows holding a query token, best first, ties by row."""
@@ -161,6 +173,26 @@ class PartsScorer:
             bounds.append(len(ints))
         return ints, floats, bounds, constant
 
+    def _table_of(self, vias: tuple[bool, ...]) -> tuple[np.ndarray, tuple[np.ndarray, ...]] | None:
+        """The parts' arrays as the compiled loop takes them: addresses and extents, and the first part's arrays.
+
+        Made once per scorer and choice of arrays (the parts' scorers keep
+        the arrays, so the addresses stay valid while this object lives);
+        ``vias[p]``: part ``p`` with its candidates' columns (a term read at
+        the candidates).  None when an array cannot be passed so (the parts
+        are then called one by one).
+        """
+        if vias not in self._tables:
+            arrays = [scorer._compiled_arrays(via) for (scorer, _), via in zip(self.parts, vias)]
+            rows = [_compiled_loop().table_row(a, arrays[0]) for a in arrays]
+            table = None if any(r is None for r in rows) else np.stack(rows)
+            if table is not None:
+                table.flags.writeable = False
+            if len(self._tables) >= 64:
+                self._tables.clear()
+            self._tables[vias] = None if table is None else (table, arrays[0])
+        return self._tables[vias]
+
     def _compiled(self, compiled: Any, tokens: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """The parts scanned in row order into one heap (see the module docstring)."""
         ints, floats, bounds, constant = self._table(tokens)
@@ -172,6 +204,13 @@ class PartsScorer:
         first = self.parts[0][0]
         variant, k1, delta = 1 if first.variant == "bm25l" else 0, float(first.k1), float(first.delta)
         prune, block = bool(first.prune_ok), int(kernel.COMPILED_BLOCK or compiled.BLOCK)
+        vias = tuple(any(i[3] == 2 for i in ints[a:b]) for a, b in zip(bounds[:-1], bounds[1:]))
+        table = self._table_of(vias)
+        if table is not None:  # one compiled call for every part
+            found_all: tuple[np.ndarray, np.ndarray] = _compiled_loop().scan_parts(
+                term_ints, term_floats, np.array(bounds, dtype=np.int64), self._offsets, table[0], *table[1], int(k),
+                variant, k1, delta, float(constant), _PRUNE_MARGIN, prune, block)
+            return found_all
         hs, hr = np.empty(k), np.empty(k, dtype=np.int64)
         m, limit = 0, -np.inf
         for (scorer, offset), a, b in zip(self.parts, bounds[:-1], bounds[1:]):

@@ -1,0 +1,103 @@
+"""BM25 over a corpus's segments in one compiled call: the same rows and score bits as the parts called one by one.
+
+``irflow.kernels.bm25.compiled_parts`` loops over the segments inside
+numba (their arrays passed by address), so a query pays numba's dispatch
+once, not once per segment.  Whatever the texts, variant, filter, deletes
+and block size, it must rank exactly as the Python loop over
+``compiled.scan`` and as a fresh build of the live records.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import irflow
+
+pytest.importorskip("numba")
+
+from irflow.kernels.bm25 import BM25Params, compiled, compiled_parts, kernel, use_kernel  # noqa: E402
+
+WORDS = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"]
+
+
+def _corpus(texts: list[str], cuts: list[int], deleted: list[int]) -> irflow.Corpus:
+    records = [{"artifact_id": f"a{i}", "surface_kind": "doc", "text": t, "metadata": {"even": i % 2 == 0}}
+               for i, t in enumerate(texts)]
+    corpus = irflow.build(records[:cuts[0]], embedder=None, analyzer="plain")
+    corpus.merge_policy = irflow.MergePolicy.never()
+    for lo, hi in zip(cuts, cuts[1:] + [len(records)]):
+        if hi > lo:
+            corpus.add(records[lo:hi])
+    ids = corpus.record_ids
+    corpus.delete(sorted({ids[i % len(ids)] for i in deleted}), missing="ok")
+    return corpus
+
+
+def _answers(corpus: irflow.Corpus, queries: list[list[str]], params: BM25Params) -> list[tuple]:
+    """Each query's top rows and score bits, asked one by one (the loop over the segments in one compiled call)
+    and as one batch (the batched kernel, part by part): both must agree."""
+    out = []
+    for mask in (None, corpus.candidate_mask(filter={"even": True})):
+        batch = corpus.bm25_topk(queries, mask, 7, params)
+        for j, query in enumerate(queries):
+            rows, scores = corpus.bm25_topk([query], mask, 7, params).per_query(0)
+            answer = (tuple(corpus.record_ids_of(rows).tolist()), scores.tobytes())
+            rows, scores = batch.per_query(j)
+            assert (tuple(corpus.record_ids_of(rows).tolist()), scores.tobytes()) == answer
+            out.append(answer)
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    docs=st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=12), min_size=12, max_size=60),
+    parts=st.integers(2, 5),
+    deleted=st.lists(st.integers(0, 200), max_size=10),
+    variant=st.sampled_from(["okapi", "bm25l", "bm25plus"]),
+    block=st.sampled_from([4, 16, 4096]),
+    seed=st.integers(0, 1000),
+)
+def test_one_compiled_call_ranks_as_the_parts_one_by_one(docs, parts, deleted, variant, block, seed) -> None:
+    rng = np.random.default_rng(seed)
+    texts = [" ".join(d) for d in docs]
+    cuts = sorted({int(c) for c in rng.integers(1, len(texts), parts - 1)} | {max(1, len(texts) // parts)})
+    queries = [list(rng.choice(WORDS, int(rng.integers(1, 5)))) for _ in range(4)] + [["alpha", "alpha", "beta"]]
+    params = BM25Params(variant=variant)
+    saved_block, saved_row = kernel.COMPILED_BLOCK, compiled_parts.table_row
+    try:
+        kernel.COMPILED_BLOCK = block
+        with use_kernel("numba"):
+            corpus = _corpus(texts, cuts, deleted)
+            loop = _answers(corpus, queries, params)
+            fresh = _answers(irflow.build(list(corpus), embedder=None, analyzer="plain"), queries, params)
+            compiled_parts.table_row = lambda arrays, like: None  # every array refused: the parts one by one
+            one_by_one = _answers(_corpus(texts, cuts, deleted), queries, params)
+    finally:
+        kernel.COMPILED_BLOCK, compiled_parts.table_row = saved_block, saved_row
+    assert loop == one_by_one == fresh
+
+
+def test_a_corpus_of_segments_calls_the_compiled_kernel_once_per_query(monkeypatch) -> None:
+    texts = [" ".join(WORDS[(i * j) % len(WORDS)] for j in range(1, 6)) for i in range(60)]
+    corpus = _corpus(texts, [20, 35, 50], [3, 40])
+    assert len(corpus.segments) == 4
+    calls = []
+    real = compiled.scan
+
+    def counted(*args):
+        calls.append(args[-7])  # the part's row offset
+        return real(*args)
+
+    queries = [["alpha", "gamma"], ["beta"], ["zeta", "eta", "theta"]]
+    with use_kernel("numba"):
+        monkeypatch.setattr(compiled, "scan", counted)
+        fast = _answers(corpus, queries, BM25Params())
+        assert calls == []  # no call per segment from Python
+        monkeypatch.setattr(compiled_parts, "table_row", lambda arrays, like: None)
+        fresh = irflow.build(list(corpus), embedder=None, analyzer="plain")
+        slow = _answers(_corpus(texts, [20, 35, 50], [3, 40]), queries, BM25Params())
+        assert len(calls) > len(queries)  # the parts one by one (the fallback)
+        assert fast == slow == _answers(fresh, queries, BM25Params())
