@@ -89,6 +89,14 @@ def fetch_depth(queries: QueryBatch, fetch_k: int, subquery_fetch_k: int | None)
     return max(fetch_k, subquery_fetch_k)
 
 
+def fetch_depths(queries: QueryBatch, fetch_k: int, subquery_fetch_k: int | None) -> np.ndarray:
+    """Each query's depth in a first ranking: ``fetch_k``, or ``subquery_fetch_k`` for a query of several texts."""
+    depths = np.full(len(queries), fetch_k, dtype=np.int64)
+    if subquery_fetch_k is not None:
+        depths[several_texts(queries)] = subquery_fetch_k
+    return depths
+
+
 def held_artifacts(corpus: Any, candidates: Candidates, texts: np.ndarray, within: int | None = None) -> np.ndarray:
     """Per text of the batch, how many distinct artifacts its first ``within`` candidates hold (None: all).
 

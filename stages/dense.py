@@ -29,7 +29,7 @@ import numpy as np
 from irflow.engine import CANDIDATES, MASK, QUERIES, Candidates, Port, QueryBatch, Scale, Stage, StageContext, \
     Upstream, param, positive_int, register_stage
 
-from ._util import channel, cut_per_text, deepen, empty_channel, fetch_depth, several_texts, unique_texts
+from ._util import channel, cut_per_text, deepen, empty_channel, fetch_depth, fetch_depths, unique_texts
 
 __all__ = ["Dense"]
 
@@ -59,10 +59,7 @@ class Dense(Stage):
         return frozenset({Scale.COSINE})
 
     def fetch_depths(self, queries: QueryBatch) -> np.ndarray:
-        depths = np.full(len(queries), self.fetch_k, dtype=np.int64)
-        if self.subquery_fetch_k is not None:
-            depths[several_texts(queries)] = self.subquery_fetch_k
-        return depths
+        return fetch_depths(queries, self.fetch_k, self.subquery_fetch_k)
 
     def deeper(self, depth: int) -> "Dense":
         return attrs.evolve(self, fetch_k=depth, subquery_fetch_k=None, deepen_to=None)

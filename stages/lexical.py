@@ -32,7 +32,7 @@ from irflow.engine import CANDIDATES, MASK, QUERIES, Candidates, Port, QueryBatc
     Upstream, optional_mapping, param, positive_int, register_stage
 from irflow.kernels.bm25 import BM25Params
 
-from ._util import channel, cut_per_text, deepen, empty_channel, fetch_depth, several_texts, unique_texts
+from ._util import channel, cut_per_text, deepen, empty_channel, fetch_depth, fetch_depths, unique_texts
 
 __all__ = ["Lexical"]
 
@@ -82,10 +82,7 @@ class Lexical(Stage):
         return frozenset({Scale.BM25})
 
     def fetch_depths(self, queries: QueryBatch) -> np.ndarray:
-        depths = np.full(len(queries), self.fetch_k, dtype=np.int64)
-        if self.subquery_fetch_k is not None:
-            depths[several_texts(queries)] = self.subquery_fetch_k
-        return depths
+        return fetch_depths(queries, self.fetch_k, self.subquery_fetch_k)
 
     def deeper(self, depth: int) -> "Lexical":
         return attrs.evolve(self, fetch_k=depth, subquery_fetch_k=None, deepen_to=None)

@@ -75,17 +75,6 @@ class ShardedUpdates(UpdateMethods):
         return True
 
     @property
-    def merge_policy(self) -> MergePolicy:
-        """When a shard's segments merge by themselves after a commit (each shard by itself)."""
-        return self._merge_policy
-
-    @merge_policy.setter
-    def merge_policy(self, policy: MergePolicy) -> None:
-        if not isinstance(policy, MergePolicy):
-            raise TypeError(f"merge_policy must be a MergePolicy, got {type(policy).__name__}")
-        self._merge_policy = policy
-
-    @property
     def lock_timeout(self) -> float | None:
         """How long an update waits for another process's commit to this sharded corpus (seconds; None: no limit)."""
         return self._lock_timeout

@@ -179,17 +179,6 @@ class Corpus(CorpusReader, UpdateMethods):
             return self._latest() is not before
 
     @property
-    def merge_policy(self) -> MergePolicy:
-        """When segments merge by themselves after a commit (see :class:`~irflow.store.mergepolicy.MergePolicy`)."""
-        return self._merge_policy
-
-    @merge_policy.setter
-    def merge_policy(self, policy: MergePolicy) -> None:
-        if not isinstance(policy, MergePolicy):
-            raise TypeError(f"merge_policy must be a MergePolicy, got {type(policy).__name__}")
-        self._merge_policy = policy
-
-    @property
     def segments(self) -> tuple[SegmentInfo, ...]:
         """Each segment in row order: its id, rows, live rows (and on disk its files and their bytes)."""
         return tuple(self._writer.describe(self._state))

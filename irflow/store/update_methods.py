@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
+from irflow.store.mergepolicy import MergePolicy
 from irflow.store.records import Record
 from irflow.store.updates import Batch, Operation, UpdateReport
 
@@ -22,7 +23,9 @@ Records = Iterable[Record | Mapping[str, Any]]
 
 
 class UpdateMethods:
-    """add / upsert / delete / put_artifact / delete_artifact / batch, each one commit of ``_commit``."""
+    """add / upsert / delete / put_artifact / delete_artifact / batch, each one commit of ``_commit``; the merge policy."""
+
+    _merge_policy: MergePolicy
 
     def _commit(self, operations: Sequence[Operation], progress: bool, batch_size: int) -> UpdateReport:
         raise NotImplementedError
@@ -61,3 +64,15 @@ class UpdateMethods:
     def batch(self, *, progress: bool = False, batch_size: int = 512) -> Batch:
         """Several operations as one commit: ``with corpus.batch() as b: b.add(...); b.delete(...)``."""
         return Batch(lambda operations: self._commit(operations, progress, batch_size))
+
+    @property
+    def merge_policy(self) -> MergePolicy:
+        """When segments merge by themselves after a commit (:class:`~irflow.store.mergepolicy.MergePolicy`;
+        a sharded corpus applies it to each shard by itself)."""
+        return self._merge_policy
+
+    @merge_policy.setter
+    def merge_policy(self, policy: MergePolicy) -> None:
+        if not isinstance(policy, MergePolicy):
+            raise TypeError(f"merge_policy must be a MergePolicy, got {type(policy).__name__}")
+        self._merge_policy = policy
