@@ -7,6 +7,7 @@ import pytest
 
 from irflow.kernels.bm25 import BM25ParamError, bm25_topk, kernel as kernel_module
 from irflow.errors import IrflowError
+from irflow.kernels import switch
 from irflow.kernels.postings import Postings
 
 try:
@@ -20,8 +21,8 @@ except ImportError:
 @pytest.fixture
 def fresh(monkeypatch: pytest.MonkeyPatch):
     """The choice and the module resolved again, as in a new process (restored afterwards)."""
-    monkeypatch.setattr(kernel_module, "_CHOICE", [])
-    monkeypatch.setattr(kernel_module, "_MODULE", [])
+    monkeypatch.setattr(kernel_module.SWITCH, "chosen", [])
+    monkeypatch.setattr(kernel_module.SWITCH, "loaded", [])
     return monkeypatch
 
 
@@ -29,7 +30,7 @@ def test_auto_compiles_only_large_indexes(fresh) -> None:
     fresh.delenv(kernel_module.KERNEL_ENV, raising=False)
     small = kernel_module.AUTO_MIN_ROWS - 1
     assert kernel_module.kernel_name(small) == "numpy"  # no numba import for a small corpus
-    assert kernel_module._MODULE == []
+    assert kernel_module.SWITCH.loaded == []
     assert kernel_module.kernel_name(kernel_module.AUTO_MIN_ROWS) == ("numba" if HAVE_NUMBA else "numpy")
 
 
@@ -53,13 +54,13 @@ def test_numba_missing(fresh) -> None:
     def no_numba(name: str):
         raise ImportError("No module named 'numba'")
 
-    fresh.setattr(kernel_module.importlib, "import_module", no_numba)
+    fresh.setattr(switch.importlib, "import_module", no_numba)
     fresh.setenv(kernel_module.KERNEL_ENV, "auto")
     assert kernel_module.kernel_name() == "numpy"  # auto falls back silently: numba is an extra
     postings = Postings.build([["a", "b"], ["b"]] * 40_000)  # large enough for auto to want numba
     assert bm25_topk(postings, [["a"]], None, 3).row.tolist() == [0, 2, 4]
-    fresh.setattr(kernel_module, "_CHOICE", ["numba"])
-    fresh.setattr(kernel_module, "_MODULE", [])
+    fresh.setattr(kernel_module.SWITCH, "chosen", ["numba"])
+    fresh.setattr(kernel_module.SWITCH, "loaded", [])
     with pytest.raises(IrflowError, match=r"numba cannot be imported .*pip install .*\[fast\]'"):
         kernel_module.kernel_name()
 
@@ -68,7 +69,7 @@ def test_a_broken_numba_warns_and_numpy_scores(fresh) -> None:
     def broken(name: str):
         raise OSError("llvmlite: symbol not found")
 
-    fresh.setattr(kernel_module.importlib, "import_module", broken)
+    fresh.setattr(switch.importlib, "import_module", broken)
     with pytest.warns(UserWarning, match="compiled BM25 kernel failed to load .*llvmlite.*using the numpy kernel"):
         assert kernel_module.kernel_name() == "numpy"
 

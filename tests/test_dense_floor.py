@@ -104,7 +104,7 @@ def test_a_corpus_of_small_segments_scans_them_with_codes_and_each_from_the_floo
     """The corpus's size decides the scan (not each segment's); segments after the first get a floor."""
     rng = np.random.default_rng(5)
     matrix = make_matrix("gaussian", 240, 16, rng)
-    monkeypatch.setattr(dense_kernel, "AUTO_MIN_ROWS", 200)  # the corpus (240 rows) is "large", each segment not
+    monkeypatch.setattr(dense_kernel.SWITCH, "min_rows", 200)  # the corpus (240 rows) is "large", each segment not
     corpus = irflow.build(_records(matrix, 0, 80), embedder=None)
     corpus.merge_policy = irflow.MergePolicy.never()
     corpus.add(_records(matrix, 80, 160))

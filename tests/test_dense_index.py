@@ -30,7 +30,7 @@ dense_scan = pytest.importorskip("irflow.kernels.dense_scan")
 
 
 def compiled_index(matrix: np.ndarray) -> DenseIndex:
-    index = DenseIndex.build(matrix, dense_kernel._load(required=True).encode)
+    index = DenseIndex.build(matrix, dense_kernel.SWITCH.load(required=True).encode)
     assert index is not None
     return index
 
@@ -171,7 +171,7 @@ def test_no_index_for_what_cannot_be_bounded() -> None:
     bad = np.ones((4, 3), np.float32)
     bad[2, 1] = np.nan
     assert DenseIndex.build(bad) is None
-    assert DenseIndex.build(bad, dense_kernel._load(required=True).encode) is None
+    assert DenseIndex.build(bad, dense_kernel.SWITCH.load(required=True).encode) is None
     assert DenseIndex.build(np.ones((3, 2), np.int64)) is None
     assert DenseIndex.build(np.ones((3, 0), np.float32)) is None
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from irflow.errors import IrflowError
-from irflow.kernels import dense_kernel
+from irflow.kernels import dense_kernel, switch
 from irflow.kernels.dense import dense_topk
 from irflow.kernels.dense_index import DenseIndex
 
@@ -16,8 +16,8 @@ def no_numba(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(name: str) -> None:
         raise ImportError(f"No module named 'numba' (importing {name})")
 
-    monkeypatch.setattr(dense_kernel, "_MODULE", [])
-    monkeypatch.setattr(dense_kernel.importlib, "import_module", refuse)
+    monkeypatch.setattr(dense_kernel.SWITCH, "loaded", [])
+    monkeypatch.setattr(switch.importlib, "import_module", refuse)
 
 
 def test_without_numba_blas_ranks_and_an_index_given_is_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -43,7 +43,7 @@ def test_asking_for_numba_without_it_says_how_to_install_it(monkeypatch: pytest.
 
 
 def test_an_unknown_setting_warns_and_means_auto(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(dense_kernel, "_CHOICE", [])
+    monkeypatch.setattr(dense_kernel.SWITCH, "chosen", [])
     monkeypatch.setenv(dense_kernel.KERNEL_ENV, "gpu")
     with pytest.warns(UserWarning, match="not one of auto, numba, numpy"):
-        assert dense_kernel._choice() == "auto"
+        assert dense_kernel.SWITCH.choice() == "auto"

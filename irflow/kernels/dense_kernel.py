@@ -19,72 +19,34 @@ bound).  ``use_kernel`` switches inside a block (benchmarks, tests).
 from __future__ import annotations
 
 import contextlib
-import importlib
-import os
 import threading
-import warnings
 from typing import Any, Iterator
 
 import numpy as np
 
-from irflow.errors import IrflowError
 from irflow.kernels.dense_index import BLOCK, SLACK, DenseIndex, encode_queries
-from irflow.util.extras import install_hint
+from irflow.kernels.switch import KERNELS, KernelSwitch
 
 __all__ = ["KERNEL_ENV", "KERNELS", "AUTO_MIN_ROWS", "DenseIndex", "kernel_name", "use_kernel",
-           "compiled_module", "build_index", "scan_candidates", "grouped_scan", "IndexSlot"]
+           "compiled_module", "SWITCH", "build_index", "scan_candidates", "grouped_scan", "IndexSlot"]
 
 KERNEL_ENV = "IRFLOW_DENSE_KERNEL"
-KERNELS: tuple[str, ...] = ("auto", "numba", "numpy")
 #: ``auto`` compiles from this many rows up (see the module docstring).
 AUTO_MIN_ROWS = 50_000
 
-_CHOICE: list[str] = []  # the kernel asked for: [one of KERNELS], resolved once
-_MODULE: list[Any] = []  # [irflow.kernels.dense_scan or None (numba missing or broken)], loaded once
-
-
-def _choice() -> str:
-    if not _CHOICE:
-        choice = os.environ.get(KERNEL_ENV, "auto").strip().lower() or "auto"
-        if choice not in KERNELS:
-            warnings.warn(f"{KERNEL_ENV}={choice!r} is not one of {', '.join(KERNELS)}; using auto", stacklevel=4)
-            choice = "auto"
-        _CHOICE.append(choice)
-    return _CHOICE[0]
-
-
-def _load(required: bool) -> Any:
-    """The compiled module, or None when numba cannot be used (an error when ``required``)."""
-    if not _MODULE:
-        try:
-            _MODULE.append(importlib.import_module("irflow.kernels.dense_scan"))
-        except ImportError as error:
-            if required:
-                raise IrflowError(f"the compiled dense scan was asked for ({KERNEL_ENV}=numba) but numba cannot "
-                                  f"be imported ({error}); {install_hint('fast')}, or unset {KERNEL_ENV}"
-                                  ) from error
-            _MODULE.append(None)
-        except Exception as error:  # a broken numba install (llvmlite mismatch, no cache dir): BLAS still works
-            if required:
-                raise IrflowError(f"the compiled dense scan was asked for ({KERNEL_ENV}=numba) but it failed "
-                                  f"to load: {error}") from error
-            warnings.warn(f"irflow's compiled dense scan failed to load ({error}); ranking with BLAS",
-                          stacklevel=4)
-            _MODULE.append(None)
-    return _MODULE[0]
+#: The choice, and the compiled module once loaded (:class:`~irflow.kernels.switch.KernelSwitch`).
+SWITCH = KernelSwitch(env=KERNEL_ENV, module="irflow.kernels.dense_scan", what="the compiled dense scan",
+                      fallback="ranking with BLAS", min_rows=AUTO_MIN_ROWS)
 
 
 def compiled_module(n_rows: int | None = None) -> Any:
     """The compiled scan module for a matrix of ``n_rows`` rows (None: a large one), or None for BLAS."""
-    choice = _choice()
-    if choice == "numpy" or (choice == "auto" and n_rows is not None and n_rows < AUTO_MIN_ROWS):
-        return None
-    return _load(required=choice == "numba")
+    return SWITCH.compiled_module(n_rows)
 
 
 def kernel_name(n_rows: int | None = None) -> str:
     """The scan that ranks a matrix of ``n_rows`` rows (None: a large one) here: "numba" or "numpy"."""
-    return "numpy" if compiled_module(n_rows) is None else "numba"
+    return SWITCH.kernel_name(n_rows)
 
 
 @contextlib.contextmanager
@@ -95,19 +57,14 @@ def use_kernel(name: str) -> Iterator[None]:
     ...     kernel_name()
     'numpy'
     """
-    if name not in KERNELS:
-        raise IrflowError(f"the dense kernel must be one of {', '.join(KERNELS)}; got {name!r}")
-    saved = _choice()
-    _CHOICE[:] = [name]
-    try:
+    with SWITCH.use(name, what="the dense kernel"):
         yield
-    finally:
-        _CHOICE[:] = [saved]
 
 
 def grouped_scan() -> bool:
     """Whether the compiled scan, loaded, takes four queries at once here (``dense_scan.GROUPED``)."""
-    return bool(_MODULE and _MODULE[0] is not None and _MODULE[0].GROUPED)
+    loaded = SWITCH.loaded
+    return bool(loaded and loaded[0] is not None and loaded[0].GROUPED)
 
 
 def build_index(matrix: np.ndarray, n_rows: int | None = None) -> DenseIndex | None:
@@ -133,8 +90,8 @@ def scan_candidates(index: DenseIndex, queries: np.ndarray, mask: np.ndarray | N
     exceed to be wanted (see ``dense.dense_topk``'s ``least``): rows whose
     upper bound is below it are not kept.
     """
-    choice = _choice()  # an index given is used whatever its size, unless numpy was asked for
-    module = None if choice == "numpy" else _load(required=choice == "numba")
+    choice = SWITCH.choice()  # an index given is used whatever its size, unless numpy was asked for
+    module = None if choice == "numpy" else SWITCH.load(required=choice == "numba")
     if module is None:
         return None
     codes = encode_queries(queries)
