@@ -7,14 +7,15 @@ tokens at corpus frequency; ``content``: ranks >= 100), 500 queries of each
 
 - ``irflow recipe 1000``: ``load_recipe("lexical").run(corpus, texts, k=10)``
   with all 1,000 query texts in one call (the engine: tokenizing, the filter
-  stage, the kernel at fetch_k 50, collapse per artifact, the result);
+  stage, the kernel, collapse per artifact, the result); this corpus holds
+  one record per artifact, so the recipe fetches ``k`` rows per query (its
+  ``lean`` rule: the first ``k`` rows already are ``k`` artifacts);
 - ``irflow recipe 100``: the same in batches of 100;
-- ``irflow recipe 1000 fetch_k=10``: the same with ``fetch_k=10`` given: the
-  recipe fetches ``max(5 k, 50)`` per query by default so that the collapse
-  per artifact rarely has to fetch again; this corpus holds one record per
-  artifact, where ``k`` is enough (the answers are checked equal);
+- ``irflow recipe 1000 lean=False``: the same at the seed's depth,
+  ``max(5 k, 50)`` = 50 rows per query, what a corpus of several surfaces per
+  artifact fetches (the answers are checked equal);
 - ``irflow kernel 1000``: ``corpus.bm25_topk(tokens, None, 10)``, one call
-  (and ``k50``: at the recipe's depth, to split the recipe's time);
+  (and ``k50``: at the seed's depth, to split that recipe's time);
 - ``bm25s numba``: ``retrieve(tokens, k=10, n_threads=T)`` (bm25s 0.3's
   numba backend: a prange over queries, one thread when T = 1).
 
@@ -201,19 +202,19 @@ def lexical_size(n_docs: int, args: argparse.Namespace) -> dict[str, Any]:
                for t in args.threads for size in (n, step))
     print(f"answers (rows and score bits) the same in one call, in batches of {step}, at threads "
           f"{', '.join(map(str, args.threads))}: {'yes' if same else 'NO'}")
-    # one record per artifact here: fetching k (no over-fetch for the collapse) gives the same answers
-    shallow = answers(run_recipe(1, n, fetch_k=K)()[0]) == whole
-    print(f"answers with fetch_k={K} (this corpus holds one record per artifact) the same as the default "
-          f"fetch_k 50's: {'yes' if shallow else 'NO'}")
+    # one record per artifact here: the recipe fetches k (lean); the seed's depth gives the same answers
+    shallow = answers(run_recipe(1, n, lean=False)()[0]) == whole
+    print(f"answers at the seed's depth (lean=False: 50 rows a query) the same as the recipe's {K} rows "
+          f"(this corpus holds one record per artifact): {'yes' if shallow else 'NO'}")
 
     systems: dict[str, Callable[[], Any]] = {}
     for threads in args.threads:
         systems[f"irflow recipe {n} T{threads}"] = run_recipe(threads, n)
         systems[f"irflow recipe {step} T{threads}"] = run_recipe(threads, step)
         systems[f"irflow kernel {n} T{threads}"] = run_kernel(threads)
-        if threads == args.threads[0]:  # the depth the recipe fetches (max(5 k, 50)): its kernel's share
+        if threads == args.threads[0]:  # the seed's depth (max(5 k, 50)): its kernel's share
             systems[f"irflow kernel {n} k50 T{threads}"] = run_kernel(threads, 50)
-        systems[f"irflow recipe {n} fetch_k={K} T{threads}"] = run_recipe(threads, n, fetch_k=K)
+        systems[f"irflow recipe {n} lean=False T{threads}"] = run_recipe(threads, n, lean=False)
         if index is not None:
             systems[f"bm25s numba T{threads}"] = run_bm25s(threads)
     timing = timed(systems, args.repeats)
@@ -228,8 +229,8 @@ def lexical_size(n_docs: int, args: argparse.Namespace) -> dict[str, Any]:
     figures: dict[str, Any] = {"same": same, "shallow": shallow}
     first = args.threads[0]
     recipe_ms = stats(timing[f"irflow recipe {n} T{first}"]["cpu"])[0]
-    kernel_ms = stats(timing[f"irflow kernel {n} k50 T{first}"]["cpu"])[0]
-    print(f"  where the recipe's time goes (CPU, T{first}): the kernel at its depth 50 {kernel_ms / recipe_ms:.0%}, "
+    kernel_ms = stats(timing[f"irflow kernel {n} T{first}"]["cpu"])[0]
+    print(f"  where the recipe's time goes (CPU, T{first}): the kernel at its depth {K} {kernel_ms / recipe_ms:.0%}, "
           f"the engine (stages, deepen check, collapse) {1 - kernel_ms / recipe_ms:.0%}")
     if index is not None:
         print("\nratios bm25s numba / irflow (> 1: irflow faster), median (p90):")
@@ -237,7 +238,7 @@ def lexical_size(n_docs: int, args: argparse.Namespace) -> dict[str, Any]:
         for threads in args.threads:
             peer = timing[f"bm25s numba T{threads}"]
             for mine in (f"irflow recipe {n} T{threads}", f"irflow recipe {step} T{threads}",
-                         f"irflow recipe {n} fetch_k={K} T{threads}", f"irflow kernel {n} T{threads}"):
+                         f"irflow recipe {n} lean=False T{threads}", f"irflow kernel {n} T{threads}"):
                 row = [mine]
                 for clock in ("cpu", "wall"):
                     (pm, pp), (mm, mp) = stats(peer[clock]), stats(timing[mine][clock])

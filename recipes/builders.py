@@ -63,7 +63,8 @@ def dense() -> Recipe:
                             description="exact cosine over the filtered candidates, best surface per artifact")
     _first_stage(builder, lexical_params=False)
     _deepen(builder)
-    builder.stage("dense", "dense", inputs=["candidates"], fetch_k=ref("fetch_k"), deepen_to=ref("deepen_to"))
+    builder.stage("dense", "dense", inputs=["candidates"], fetch_k=ref("fetch_k"), deepen_to=ref("deepen_to"),
+                  lean=True)
     builder.stage("collapse", "collapse", inputs=["dense"], k=ref("k"), per_artifact=ref("per_artifact"))
     return builder.build()
 
@@ -75,7 +76,7 @@ def lexical() -> Recipe:
     _first_stage(builder, lexical_params=True)
     _deepen(builder)
     builder.stage("lexical", "lexical", inputs=["candidates"], fetch_k=ref("fetch_k"), bm25=ref("bm25"),
-                  deepen_to=ref("deepen_to"))
+                  deepen_to=ref("deepen_to"), lean=True)
     builder.stage("collapse", "collapse", inputs=["lexical"], k=ref("k"), per_artifact=ref("per_artifact"))
     return builder.build()
 
@@ -103,14 +104,16 @@ def search() -> Recipe:
     # a query formulated into several texts runs one sub-search per text with per_artifact = false
     builder.derive("subquery_fetch_k", "over_fetch", given=ref("fetch_k"), k=ref("k"), if_any=later)
     _deepen(builder, mode=["dense", "lexical"])  # one channel: a fused ranking's scores depend on fetch_k
+    builder.derive("lean", "none_set", of=later)  # no later stage reads the depth: k rows may do (first_depths)
     depth: dict[str, Any] = {"fetch_k": ref("fetch_k"), "subquery_fetch_k": ref("subquery_fetch_k"),
                              "deepen_to": ref("deepen_to")}
     builder.stage("formulate", "formulate", formulator=ref("formulate"))
     builder.stage("candidates", "filter", filter=ref("filter"), surfaces=ref("surfaces"))
     channel_inputs = {"mask": "candidates", "query": "formulate"}
-    builder.stage("dense", "dense", inputs=channel_inputs, when={"mode": ["dense", "hybrid"]}, **depth)
+    builder.stage("dense", "dense", inputs=channel_inputs, when={"mode": ["dense", "hybrid"]}, **depth,
+                  lean=ref("lean"))
     builder.stage("lexical", "lexical", inputs=channel_inputs, when={"mode": ["lexical", "hybrid"]}, **depth,
-                  bm25=ref("bm25"))
+                  bm25=ref("bm25"), lean=ref("lean"))
     builder.stage("fuse", "fuse", inputs=["dense", "lexical"], method=ref("fusion"), rrf_k=ref("rrf_k"),
                   alpha=ref("alpha"), bm25_sat_k=ref("bm25_sat_k"))
     builder.stage("weight", "weight", inputs=["fuse"], weights=ref("surface_weights"), **depth)

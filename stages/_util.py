@@ -97,6 +97,29 @@ def fetch_depths(queries: QueryBatch, fetch_k: int, subquery_fetch_k: int | None
     return depths
 
 
+def first_depths(corpus: Any, fetch_k: int, subquery_fetch_k: int | None, deepen_to: int | None,
+                 lean: bool) -> tuple[int, int | None]:
+    """The depths a first stage fetches: (a query's one text, each text of a query formulated into several).
+
+    ``(fetch_k, subquery_fetch_k)``, except with ``lean`` (nothing after the
+    stage reads its depth: no reranker, weights or boost) and ``deepen_to``
+    set (a per-artifact search over this one channel): on a corpus whose
+    live records are each an artifact of their own
+    (``corpus.one_record_per_artifact()``, where the corpus has it) the
+    first ``deepen_to`` rows of a ranking already are ``deepen_to``
+    artifacts, all the collapse keeps of any deeper fetch, so a query's one
+    text fetches ``deepen_to``: the same hits, with up to 5x fewer rows
+    ranked and carried.  Texts of a query formulated into several keep their
+    depth: their union is merged before the cut, so each one's depth counts.
+    """
+    if not lean or deepen_to is None or deepen_to >= fetch_k:
+        return fetch_k, subquery_fetch_k
+    ask = getattr(corpus, "one_record_per_artifact", None)
+    if ask is None or not ask():
+        return fetch_k, subquery_fetch_k
+    return deepen_to, fetch_k if subquery_fetch_k is None else subquery_fetch_k
+
+
 def held_artifacts(corpus: Any, candidates: Candidates, texts: np.ndarray, within: int | None = None) -> np.ndarray:
     """Per text of the batch, how many distinct artifacts its first ``within`` candidates hold (None: all).
 

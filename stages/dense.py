@@ -17,6 +17,10 @@ set): a text whose ``fetch_k`` candidates hold fewer distinct artifacts asks
 again at twice the depth until they hold that many or nothing more matches,
 so the collapse keeps the exact per-artifact top ``k`` instead of fewer hits
 (texts of a query formulated into several are sub-searches: not deepened).
+``lean`` (the built-in recipes set it when no reranker, weights or boost
+read the depth): with ``deepen_to``, on a corpus of one record per
+artifact, a query's one text fetches ``deepen_to`` rows, not ``fetch_k``
+(the same hits: see ``_util.first_depths``).
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ import attrs
 import numpy as np
 
 from irflow.engine import CANDIDATES, MASK, QUERIES, Candidates, Port, QueryBatch, Scale, Stage, StageContext, \
-    Upstream, param, positive_int, register_stage
+    Upstream, boolean, param, positive_int, register_stage
 
-from ._util import channel, cut_per_text, deepen, empty_channel, fetch_depth, fetch_depths, unique_texts
+from ._util import channel, cut_per_text, deepen, empty_channel, fetch_depth, fetch_depths, first_depths, \
+    unique_texts
 
 __all__ = ["Dense"]
 
@@ -54,9 +59,16 @@ class Dense(Stage):
         None, validator=attrs.validators.optional(positive_int),
         doc="fetch a text deeper (fetch_k doubled) until its candidates hold this many artifacts or no more "
             "match; none: fetch exactly fetch_k")
+    lean: bool = param(
+        False, validator=boolean,
+        doc="with deepen_to, on a corpus of one record per artifact: fetch deepen_to rows, not fetch_k (set "
+            "when no later stage reads the depth: no rerank, weights or boost)")
 
     def output_scales(self, inputs: Mapping[str, tuple[Upstream, ...]]) -> frozenset[Scale]:
         return frozenset({Scale.COSINE})
+
+    def unused_params(self, inputs: Mapping[str, tuple[str, ...]]) -> frozenset[str]:
+        return frozenset() if self.deepen_to is not None else frozenset({"lean"})  # lean acts with deepen_to only
 
     def fetch_depths(self, queries: QueryBatch) -> np.ndarray:
         return fetch_depths(queries, self.fetch_k, self.subquery_fetch_k)
@@ -74,12 +86,14 @@ class Dense(Stage):
         if blank.all():
             return empty_channel(query, Scale.COSINE, ctx.name)
         vectors = ctx.corpus.embed_queries(texts)
-        topk = ctx.corpus.dense_topk(vectors, mask, fetch_depth(query, self.fetch_k, self.subquery_fetch_k))
+        fetch_k, subquery_fetch_k = first_depths(ctx.corpus, self.fetch_k, self.subquery_fetch_k, self.deepen_to,
+                                                 self.lean)
+        topk = ctx.corpus.dense_topk(vectors, mask, fetch_depth(query, fetch_k, subquery_fetch_k))
         found = channel(query, topk, inverse, Scale.COSINE, ctx.name)
         if blank.any():
             found = found.select(~blank[inverse][found.query_index])
-        found = cut_per_text(found, self.fetch_k, self.subquery_fetch_k)
+        found = cut_per_text(found, fetch_k, subquery_fetch_k)
         if self.deepen_to is None:
             return found  # (a blank text found nothing: it is never deepened)
         return deepen(ctx.corpus, found, inverse, lambda texts, d: ctx.corpus.dense_topk(vectors[texts], mask, d),
-                      self.fetch_k, self.deepen_to, ctx.name)
+                      fetch_k, self.deepen_to, ctx.name)

@@ -17,6 +17,10 @@ set): a text whose ``fetch_k`` candidates hold fewer distinct artifacts asks
 again at twice the depth until they hold that many or nothing more matches,
 so the collapse keeps the exact per-artifact top ``k`` instead of fewer hits
 (texts of a query formulated into several are sub-searches: not deepened).
+``lean`` (the built-in recipes set it when no reranker, weights or boost
+read the depth): with ``deepen_to``, on a corpus of one record per
+artifact, a query's one text fetches ``deepen_to`` rows, not ``fetch_k``
+(the same hits: see ``_util.first_depths``).
 """
 
 from __future__ import annotations
@@ -29,10 +33,11 @@ import attrs
 import numpy as np
 
 from irflow.engine import CANDIDATES, MASK, QUERIES, Candidates, Port, QueryBatch, Scale, Stage, StageContext, \
-    Upstream, optional_mapping, param, positive_int, register_stage
+    Upstream, boolean, optional_mapping, param, positive_int, register_stage
 from irflow.kernels.bm25 import BM25Params
 
-from ._util import channel, cut_per_text, deepen, empty_channel, fetch_depth, fetch_depths, unique_texts
+from ._util import channel, cut_per_text, deepen, empty_channel, fetch_depth, fetch_depths, first_depths, \
+    unique_texts
 
 __all__ = ["Lexical"]
 
@@ -67,6 +72,10 @@ class Lexical(Stage):
         None, validator=attrs.validators.optional(positive_int),
         doc="fetch a text deeper (fetch_k doubled) until its candidates hold this many artifacts or no more "
             "match; none: fetch exactly fetch_k")
+    lean: bool = param(
+        False, validator=boolean,
+        doc="with deepen_to, on a corpus of one record per artifact: fetch deepen_to rows, not fetch_k (set "
+            "when no later stage reads the depth: no rerank, weights or boost)")
 
     @functools.cached_property
     def bm25_params(self) -> BM25Params:
@@ -81,6 +90,9 @@ class Lexical(Stage):
     def output_scales(self, inputs: Mapping[str, tuple[Upstream, ...]]) -> frozenset[Scale]:
         return frozenset({Scale.BM25})
 
+    def unused_params(self, inputs: Mapping[str, tuple[str, ...]]) -> frozenset[str]:
+        return frozenset() if self.deepen_to is not None else frozenset({"lean"})  # lean acts with deepen_to only
+
     def fetch_depths(self, queries: QueryBatch) -> np.ndarray:
         return fetch_depths(queries, self.fetch_k, self.subquery_fetch_k)
 
@@ -92,10 +104,11 @@ class Lexical(Stage):
             return empty_channel(query, Scale.BM25, ctx.name)
         texts, inverse = unique_texts(query.texts)
         tokens = ctx.corpus.tokenize_queries(texts)
-        depth = fetch_depth(query, self.fetch_k, self.subquery_fetch_k)
-        topk = ctx.corpus.bm25_topk(tokens, mask, depth, self.bm25_params)
-        found = cut_per_text(channel(query, topk, inverse, Scale.BM25, ctx.name), self.fetch_k, self.subquery_fetch_k)
+        fetch_k, subquery_fetch_k = first_depths(ctx.corpus, self.fetch_k, self.subquery_fetch_k, self.deepen_to,
+                                                 self.lean)
+        topk = ctx.corpus.bm25_topk(tokens, mask, fetch_depth(query, fetch_k, subquery_fetch_k), self.bm25_params)
+        found = cut_per_text(channel(query, topk, inverse, Scale.BM25, ctx.name), fetch_k, subquery_fetch_k)
         if self.deepen_to is None:
             return found
         return deepen(ctx.corpus, found, inverse, lambda texts, d: ctx.corpus.bm25_topk(
-            [tokens[t] for t in texts.tolist()], mask, d, self.bm25_params), self.fetch_k, self.deepen_to, ctx.name)
+            [tokens[t] for t in texts.tolist()], mask, d, self.bm25_params), fetch_k, self.deepen_to, ctx.name)

@@ -318,9 +318,13 @@ def test_cache_reruns_only_stages_whose_inputs_or_params_changed(corpus, hybrid)
     cache = StageCache()
     base = hybrid.run(corpus, ["python", "http"], cache=cache)
     assert cache.executions == {"candidates": 1, "dense": 1, "lexical": 1, "fuse": 1, "collapse": 1}
-    for rrf_k in (10, 30, 60):
+    for rrf_k in (10, 30):
         hybrid.run(corpus, ["python", "http"], cache=cache, rrf_k=rrf_k)
-    # a sweep over rrf_k: the first-stage channels ran once; rrf_k=60 is the default, all cached
+    # the recipe's blend does not read rrf_k (Fuse.unused_params): every stage reused
+    assert cache.executions == {"candidates": 1, "dense": 1, "lexical": 1, "fuse": 1, "collapse": 1}
+    for rrf_k in (10, 30):
+        hybrid.run(corpus, ["python", "http"], cache=cache, fusion="rrf", rrf_k=rrf_k)
+    # a sweep over rrf_k under RRF: the first-stage channels ran once, the fusion once per value
     assert cache.executions == {"candidates": 1, "dense": 1, "lexical": 1, "fuse": 3, "collapse": 3}
     assert corpus.calls["dense"] == 1 and corpus.calls["bm25"] == 1
     again = hybrid.run(corpus, ["python", "http"], cache=cache, trace=True)

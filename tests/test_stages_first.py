@@ -29,8 +29,8 @@ def ctx(corpus, name, texts):
 
 def test_kinds_are_registered_with_their_parameters():
     assert get_stage_class("filter") is Filter and get_stage_class("dense") is Dense
-    assert list(stage_params(Dense)) == ["fetch_k", "subquery_fetch_k", "deepen_to"]
-    assert list(stage_params(Lexical)) == ["fetch_k", "subquery_fetch_k", "bm25", "deepen_to"]
+    assert list(stage_params(Dense)) == ["fetch_k", "subquery_fetch_k", "deepen_to", "lean"]
+    assert list(stage_params(Lexical)) == ["fetch_k", "subquery_fetch_k", "bm25", "deepen_to", "lean"]
     assert stage_params(Filter)["surfaces"].doc
 
 

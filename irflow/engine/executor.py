@@ -445,10 +445,14 @@ class _Run:
         keys = self.keys
         input_keys = tuple((port, tuple(keys[s] for s in sources))
                            for port, sources in self.pipeline.bindings[name].items())
+        # parameters that cannot change the output (Stage.unused_params, every bound input counted as
+        # live) are left out: a lexical stage's lean without deepen_to reuses the same ranking
+        unused = stage.unused_params(self.pipeline.bindings[name])
+        params = {k: v for k, v in stage.params().items() if k not in unused}
         try:
             # the name too: it prefixes the provenance columns the stage writes; parameters by
             # a type-exact key, so {"n": True} never reuses the output of {"n": 1}
-            return (name, type(stage).kind, type(stage), cache_key(stage.params()), input_keys, self.corpus_key)
+            return (name, type(stage).kind, type(stage), cache_key(params), input_keys, self.corpus_key)
         except UnkeyableError:  # a parameter too deep to key: run the stage, never guess
             return None
 

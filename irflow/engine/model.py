@@ -232,9 +232,30 @@ class Deepen:
         return self.k
 
 
+@attrs.frozen
+class NoneSet:
+    """True when no ``of`` value is set (each None or false), else False.
+
+    Whether anything after a first stage reads its fetch depth (a reranker,
+    surface weights, a boost): when nothing does, a per-artifact search on a
+    corpus of one record per artifact may fetch ``k`` (the stages' ``lean``).
+    The derived parameter's own run-time value, when set, wins.
+
+    >>> NoneSet(of=(None, None))(None), NoneSet(of=(None, "cross-encoder"))(None), NoneSet(of=())(False)
+    (True, False, False)
+    """
+
+    of: tuple[Any, ...] = attrs.field(default=(), converter=_truthy_values)
+
+    def __call__(self, given: Any) -> Any:
+        if given is not None:
+            return given
+        return not any(bool(v) for v in self.of)
+
+
 #: The rules a ``[derived.NAME]`` table may name.  Engine code may add rules;
 #: recipe files can only choose among them.
-DERIVED_RULES: dict[str, type] = {"over_fetch": OverFetch, "deepen": Deepen}
+DERIVED_RULES: dict[str, type] = {"over_fetch": OverFetch, "deepen": Deepen, "none_set": NoneSet}
 
 #: An argument every derived rule takes: ``when = { param = [values] }``, the same condition as a
 #: stage's — when it does not hold, the rule is not applied and the parameter is None (unless the

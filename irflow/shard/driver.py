@@ -102,6 +102,7 @@ class ShardedCorpus(ShardedUpdates):
         self._options: dict[str, Any] = dict(ray=None, embedder=embedder, verify=True, ray_options={})
         self._version = 0  # one more per sharding served (updates, refresh)
         self._pinned = None  # the state snapshot() hands out (irflow.shard.living)
+        self._unique: tuple[ShardManifest, bool] | None = None  # one_record_per_artifact of a manifest
         self._merge_policy = MergePolicy()
         self._lock_timeout: float | None = LOCK_TIMEOUT
         self._lock = threading.RLock()
@@ -195,6 +196,18 @@ class ShardedCorpus(ShardedUpdates):
     def __len__(self) -> int:
         """Live records."""
         return self.manifest.live
+
+    def one_record_per_artifact(self) -> bool:
+        """Whether no two live records share an artifact: asked of each shard once per sharding served.
+
+        A shard holds whole artifacts, so the corpus holds each at most once
+        when every shard does (see :mod:`irflow.store.artifact_facts`).
+        """
+        known = self._unique
+        if known is None or known[0] is not self.manifest:
+            known = (self.manifest, all(self._everywhere("one_record_per_artifact")))
+            self._unique = known
+        return bool(known[1])
 
     @property
     def version(self) -> int:

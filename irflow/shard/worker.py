@@ -167,6 +167,10 @@ class ShardWorker:
         return {"index": self.entry.index, "n_rows": self.corpus.n_rows, "live": len(self.corpus),
                 "kinds": list(self.corpus.kinds), "pid": os.getpid(), "math": math_fingerprint()}
 
+    def one_record_per_artifact(self) -> bool:
+        """Whether no two live records of the shard share an artifact (its corpus decides, once per state)."""
+        return bool(self.corpus.one_record_per_artifact())
+
     def ping(self) -> None:
         """Nothing: a round trip (health checks, and the benchmark's cost of a round)."""
         return None

@@ -43,6 +43,16 @@ class CorpusReader:
         """The current state's view: the corpus protocol over one committed state, never changed by later updates."""
         return self._state.view
 
+    def one_record_per_artifact(self) -> bool:
+        """Whether no two live records share an artifact (the collapse per artifact then changes nothing).
+
+        Not a protocol member: the first stages ask it, where a corpus has it,
+        to fetch ``k`` rows instead of over-fetching for the collapse (see
+        :mod:`irflow.store.artifact_facts`).
+        """
+        unique: bool = self._state.view.one_record_per_artifact()
+        return unique
+
     # -- what the corpus is ----------------------------------------------------------------
 
     @property

@@ -40,6 +40,7 @@ from irflow.kernels.filters import CompiledFilter
 from irflow.kernels.postings import Postings
 from irflow.kernels.text import Analyzer
 from irflow.kernels.topk import TopK
+from irflow.store.artifact_facts import artifact_digests, distinct_live
 from irflow.store.gathered import GatheredVectors
 from irflow.store.masks import CandidateMasks, Warned
 from irflow.store.persist import EmbedderInfo
@@ -228,6 +229,7 @@ class SegmentView:
                                      forget=self._gathered.discard, columns=segment.columns,
                                      kinds=lambda: self.kinds, warned=context.warned)
         self._kinds: tuple[tuple[str, ...], np.ndarray | None] | None = None
+        self._unique: bool | None = None
 
     # -- what the view is ----------------------------------------------------------------
 
@@ -358,6 +360,12 @@ class SegmentView:
     def live_mask(self) -> np.ndarray | None:
         """The live rows, or None while none is deleted (known to the kernels: digested once)."""
         return self._masks.live_facts()[1]
+
+    def one_record_per_artifact(self) -> bool:
+        """Whether no two live records share an artifact (once per view; :mod:`irflow.store.artifact_facts`)."""
+        if self._unique is None:
+            self._unique = distinct_live([(artifact_digests(self.segment), self.live_mask())])
+        return self._unique
 
     def effective_mask(self, mask: np.ndarray | None) -> np.ndarray | None:
         """*mask* restricted to live rows (None while nothing is deleted: the kernels' fast path).

@@ -46,6 +46,7 @@ from irflow.kernels.columns import MetadataColumns
 from irflow.kernels.filters import CompiledFilter, compile_filter
 from irflow.kernels.rowmap import RowMap, merge_topk
 from irflow.kernels.topk import TopK
+from irflow.store.artifact_facts import artifact_digests, distinct_live
 from irflow.store.chained_store import SegmentedStore
 from irflow.store.masks import MASK_CACHE_SIZE, _surface_kinds, check_surfaces, warn_unknown_field
 from irflow.store.protocol import CorpusSettings, Siblings
@@ -126,6 +127,7 @@ class SegmentsView:
         self._statistics: collections.OrderedDict[Any, _Statistics] = collections.OrderedDict()
         self._scorer_lists: collections.OrderedDict[Any, tuple[tuple[Any, ...], PartsScorer]] = \
             collections.OrderedDict()
+        self._unique: bool | None = None
         self._lock = threading.Lock()
 
     # -- what the corpus is ----------------------------------------------------------------
@@ -140,6 +142,12 @@ class SegmentsView:
 
     def __len__(self) -> int:
         return sum(p.n_live for p in self.parts)
+
+    def one_record_per_artifact(self) -> bool:
+        """Whether no two live records of any segments share an artifact (once per view; see artifact_facts)."""
+        if self._unique is None:
+            self._unique = distinct_live([(artifact_digests(p.segment), p.live_mask()) for p in self.parts])
+        return self._unique
 
     @property
     def store(self) -> SegmentedStore:
