@@ -63,8 +63,9 @@ def dense() -> Recipe:
                             description="exact cosine over the filtered candidates, best surface per artifact")
     _first_stage(builder, lexical_params=False)
     _deepen(builder)
+    builder.derive("lean", "none_set")  # nothing after the channel reads its depth (first_depths)
     builder.stage("dense", "dense", inputs=["candidates"], fetch_k=ref("fetch_k"), deepen_to=ref("deepen_to"),
-                  lean=True)
+                  lean=ref("lean"))
     builder.stage("collapse", "collapse", inputs=["dense"], k=ref("k"), per_artifact=ref("per_artifact"))
     return builder.build()
 
@@ -75,8 +76,9 @@ def lexical() -> Recipe:
                             description="BM25 over the filtered candidates, best surface per artifact")
     _first_stage(builder, lexical_params=True)
     _deepen(builder)
+    builder.derive("lean", "none_set")  # nothing after the channel reads its depth (first_depths)
     builder.stage("lexical", "lexical", inputs=["candidates"], fetch_k=ref("fetch_k"), bm25=ref("bm25"),
-                  deepen_to=ref("deepen_to"), lean=True)
+                  deepen_to=ref("deepen_to"), lean=ref("lean"))
     builder.stage("collapse", "collapse", inputs=["lexical"], k=ref("k"), per_artifact=ref("per_artifact"))
     return builder.build()
 
