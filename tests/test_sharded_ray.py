@@ -34,7 +34,7 @@ from irflow.engine.recipe import builtin_recipes, load_recipe
 from irflow.shard import ShardedCorpus, shard
 from irflow.util import progress
 from loopback_servers import closed_port, loopback_server
-from shard_corpus import assert_same_result, records
+from shard_corpus import KINDS, assert_same_result, records
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.ray
@@ -470,5 +470,26 @@ def test_updates_through_a_ray_served_sharded_corpus_answer_as_the_single_corpus
         with pytest.raises(CorpusError):
             sharded.add([list(single)[0].to_dict()])  # refused: nothing changes
         assert _dicts(sharded) == _dicts(single)
+    finally:
+        sharded.close()
+
+
+def test_the_shards_on_ray_tell_whether_each_artifact_is_one_record(cluster, tmp_path):
+    """A lexical or dense search fetches k rows where every artifact is one record (each actor asked): the
+    single corpus's hits and depth, and the seed's depth again once an artifact holds two records."""
+    single = build([r for r in records() if r["surface_kind"] == KINDS[0]], embedder="hash", name="names")
+    shard(single, 2, tmp_path / "names").close()
+    sharded = irflow.open_corpus(tmp_path / "names", ray="auto")
+    try:
+        assert single.one_record_per_artifact() is sharded.one_record_per_artifact() is True
+        for mode in ("lexical", "dense"):
+            one = load_recipe(mode).run(single, QUERIES, k=3, trace=True)
+            many = load_recipe(mode).run(sharded, QUERIES, k=3, trace=True)
+            assert_same_result(one, many)
+            assert len(many.outputs[mode]) == len(one.outputs[mode]) <= 3 * len(QUERIES)
+        artifact = single.artifact_ids_of([0])[0]
+        for corpus in (single, sharded):
+            corpus.add([{"id": "second", "artifact_id": artifact, "surface_kind": KINDS[1], "text": "python"}])
+        assert single.one_record_per_artifact() is sharded.one_record_per_artifact() is False
     finally:
         sharded.close()
