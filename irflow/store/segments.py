@@ -374,6 +374,10 @@ class SegmentsView:
             offsets = np.zeros(n + 1, dtype=np.int64)
             np.cumsum(counts, out=offsets[1:])
             return TopK._trusted(np.repeat(np.arange(n, dtype=np.int32), counts), rows, scores, n, offsets)
+        if n == 1:  # one query (each search's): its columns as they are
+            rows, scores = scorer.top(tokens[0], k, self.n_rows)
+            return TopK._trusted(np.zeros(rows.size, dtype=np.int32), rows, scores, 1,
+                                 np.array([0, rows.size], dtype=np.int64))
         found = [scorer.top(query, k, self.n_rows) for query in tokens]
         return TopK.from_parts([r for r, _ in found], [s for _, s in found])
 
@@ -415,9 +419,8 @@ class SegmentsView:
             kept = self._statistics.get(key)
             if kept is not None:
                 self._statistics.move_to_end(key)
-        new = sorted({t for query in tokens for t in query} - kept.df.keys()) if kept is not None else None
-        if kept is not None and not new and (kept.mean is not None or not any(
-                kept.plain.needs_vocabulary(params, query) for query in tokens)):
+        if kept is not None and all(t in kept.df for query in tokens for t in query) and (
+                kept.mean is not None or not any(kept.plain.needs_vocabulary(params, query) for query in tokens)):
             return kept.current()  # the common case: every token known, nothing to compute
         rows = [p.stats_rows(m, params.stats) for p, m in zip(self.parts, masks)]
         if kept is None:
