@@ -165,12 +165,13 @@ class PartsScorer:
         return found
 
     def _table(self, tokens: Sequence[str]) -> tuple[list[tuple[int, int, int, int]], list[tuple[float, float]],
-                                                     list[int], float]:
+                                                     list[int], float, tuple[bool, ...]]:
         """The parts' term tables stacked: the query's terms in the canonical order, each part's spans.
 
         The order, weights and BM25Plus's constant come from the corpus's
         statistics, the same for every part (what ``_Scorer.terms`` gives each
-        part); a part lists the terms it holds postings of.
+        part); a part lists the terms it holds postings of.  Last, per part,
+        whether a term is read at its candidates there (``_table_of``'s ``vias``).
         """
         first = self.parts[0][0]
         counts: dict[str, int] = {}
@@ -189,14 +190,18 @@ class PartsScorer:
         ints: list[tuple[int, int, int, int]] = []
         floats: list[tuple[float, float]] = []
         bounds = [0]
+        vias = []
         for p in range(len(self.parts)):
+            via = False
             for scale, rows in terms:
                 row = rows[p]
                 if row is not None:
                     ints.append(row[0])
                     floats.append((scale, max(scale * row[1], 0.0)))
+                    via = via or row[0][3] == 2
             bounds.append(len(ints))
-        return ints, floats, bounds, constant
+            vias.append(via)
+        return ints, floats, bounds, constant, tuple(vias)
 
     def _table_of(self, vias: tuple[bool, ...]) -> tuple[np.ndarray, tuple[np.ndarray, ...]] | None:
         """The parts' arrays as the compiled loop takes them: addresses and extents, and the first part's arrays.
@@ -220,7 +225,7 @@ class PartsScorer:
 
     def _compiled(self, compiled: Any, tokens: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """The parts scanned in row order into one heap (see the module docstring)."""
-        ints, floats, bounds, constant = self._table(tokens)
+        ints, floats, bounds, constant, vias = self._table(tokens)
         if not ints:
             return _NO_ROWS, _NO_SCORES
         term_ints, term_floats = np.array(ints, dtype=np.int64), np.array(floats, dtype=np.float64)
@@ -229,7 +234,6 @@ class PartsScorer:
         first = self.parts[0][0]
         variant, k1, delta = 1 if first.variant == "bm25l" else 0, float(first.k1), float(first.delta)
         prune, block = bool(first.prune_ok), int(kernel.COMPILED_BLOCK or compiled.BLOCK)
-        vias = tuple(any(i[3] == 2 for i in ints[a:b]) for a, b in zip(bounds[:-1], bounds[1:]))
         table = self._table_of(vias)
         if table is not None:  # one compiled call for every part
             found_all: tuple[np.ndarray, np.ndarray] = _compiled_loop().scan_parts(
@@ -239,12 +243,12 @@ class PartsScorer:
         hs, hr = np.empty(k), np.empty(k, dtype=np.int64)
         m, limit = 0, -np.inf
         work = compiled.scratch(block)
-        for (scorer, offset), a, b in zip(self.parts, bounds[:-1], bounds[1:]):
+        for (scorer, offset), a, b, via in zip(self.parts, bounds[:-1], bounds[1:], vias):
             if a == b:
                 continue
             if prune and m == k and sum(f[1] for f in floats[a:b]) + constant < limit:
                 continue  # no row of this part can reach the k-th score found (the kernel would stop at once)
-            arrays = scorer._compiled_arrays(any(i[3] == 2 for i in ints[a:b]))
+            arrays = scorer._compiled_arrays(via)
             m, limit = compiled.scan(term_ints[a:b], term_floats[a:b], *arrays, int(k), variant, k1, delta,
                                      float(constant), _PRUNE_MARGIN, prune, block, offset, hs, hr, m, limit,
                                      -np.inf, False, *work)
