@@ -225,9 +225,8 @@ def _scan(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, 
                 n_alive += (acc[x] + rest >= floor) | (not check)
         for t in range(n_alive):
             flag[alive[t]] = 2
-        # the non-essential terms, in order, added to the alive rows only (none alive: nothing to add; the
-        # cursors they leave behind are caught up by a binary search in the next block that needs them)
-        for j in range(e, n_terms if n_alive else e):
+        # the non-essential terms, in order, added to the alive rows only
+        for j in range(e, n_terms):
             scale = scales[j]
             c = columns[j]
             if c >= 0 and dense[j] == 1 and 4 * n_alive > width:
