@@ -88,7 +88,7 @@ def test_a_corpus_of_segments_calls_the_compiled_kernel_once_per_query(monkeypat
     real = compiled.scan
 
     def counted(*args):
-        calls.append(args[-7])  # the part's row offset
+        calls.append(args[18])  # the part's row offset
         return real(*args)
 
     queries = [["alpha", "gamma"], ["beta"], ["zeta", "eta", "theta"]]
@@ -101,3 +101,28 @@ def test_a_corpus_of_segments_calls_the_compiled_kernel_once_per_query(monkeypat
         slow = _answers(_corpus(texts, [20, 35, 50], [3, 40]), queries, BM25Params())
         assert len(calls) > len(queries)  # the parts one by one (the fallback)
         assert fast == slow == _answers(fresh, queries, BM25Params())
+
+
+def test_a_token_is_described_once_per_part_then_read_from_the_parts_table(monkeypatch) -> None:
+    """The second query holding a token asks no part's scorer about it again; the answers stay a fresh build's."""
+    from irflow.kernels.bm25.parts import PartsScorer
+
+    texts = [" ".join(WORDS[(i * j) % len(WORDS)] for j in range(1, 6)) for i in range(60)]
+    corpus = _corpus(texts, [20, 35, 50], [3, 40])
+    asked = []
+    real = PartsScorer._known
+
+    def counted(self, scorer, token):
+        asked.append(token)
+        return real(self, scorer, token)
+
+    monkeypatch.setattr(PartsScorer, "_known", counted)
+    fresh = irflow.build(list(corpus), embedder=None, analyzer="plain")
+    with use_kernel("numba"):
+        first = _answers(corpus, [["alpha", "gamma"]], BM25Params())
+        before = len(asked)
+        assert before >= 2 * len(corpus.segments)  # each token described by each part once
+        again = _answers(corpus, [["gamma", "alpha", "alpha"], ["gamma"]], BM25Params())
+        assert len(asked) == before  # known tokens: no part asked again
+        assert first == _answers(fresh, [["alpha", "gamma"]], BM25Params())
+        assert again == _answers(fresh, [["gamma", "alpha", "alpha"], ["gamma"]], BM25Params())

@@ -120,7 +120,10 @@ def test_a_corpus_of_small_segments_scans_them_with_codes_and_each_from_the_floo
         return real(*args, **kwargs)
 
     monkeypatch.setattr(segment_module._dense, "dense_topk", spy)
+    # matrix[1] is a zero row: a batch with a zero query ranks segment by segment (not in one carried
+    # scan, tests/test_dense_parts.py), each segment from the floor of those before
     queries = np.concatenate([rng.standard_normal((3, 16)), matrix[:2]]).astype(np.float32)
+    assert not queries[4].any()
     with dense_kernel.use_kernel("auto"):
         got = corpus.dense_topk(queries, None, 10)
         expected = fresh.dense_topk(queries, None, 10)

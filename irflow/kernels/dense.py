@@ -70,7 +70,7 @@ from typing import Iterator
 import numpy as np
 
 from irflow.errors import EmbedderError, IrflowError
-from irflow.kernels.dense_exact import exact_scores, row_norm_bound, score_windows
+from irflow.kernels.dense_exact import best_pairs, exact_scores, row_norm_bound, score_windows
 from irflow.kernels.dense_index import DenseIndex
 from irflow.kernels.dense_kernel import grouped_scan, scan_candidates
 from irflow.kernels.topk import TopK
@@ -396,19 +396,6 @@ def _candidates(matrix: np.ndarray, queries: np.ndarray, mask: np.ndarray | None
 # -- the kernel -----------------------------------------------------------------------
 
 
-def _best(query: np.ndarray, row: np.ndarray, score: np.ndarray, k: int, n_queries: int) -> TopK:
-    """The top ``k`` of each query's (row, score) pairs, by score desc then row asc."""
-    if n_queries == 1:
-        order = np.lexsort((row, -score))[:k]
-        return TopK._trusted(np.zeros(order.size, np.int32), row[order], score[order], 1,
-                             np.array([0, order.size], dtype=np.int64))
-    order = np.lexsort((row, -score, query))
-    query, row, score = query[order], row[order], score[order]
-    starts = np.searchsorted(query, np.arange(n_queries))
-    keep = np.arange(query.size) - starts[query] < k
-    return TopK._trusted(query[keep], row[keep], score[keep], n_queries)
-
-
 def dense_topk(matrix: np.ndarray, queries: np.ndarray, mask: np.ndarray | None,
                fetch_k: int, *, norm_bound: float | None = None,
                gathered: tuple[np.ndarray, np.ndarray] | None = None, index: DenseIndex | None = None,
@@ -507,4 +494,4 @@ def dense_topk(matrix: np.ndarray, queries: np.ndarray, mask: np.ndarray | None,
         first = np.arange(k) if mask is None else (np.flatnonzero(mask) if kept is None else kept)[:k]
         parts.append((np.repeat(zero, k), np.tile(first, zero.size)))
     query, row = (np.concatenate(p) for p in zip(*parts))
-    return _best(query, row, exact_scores(matrix, queries, query, row), k, n_queries)
+    return best_pairs(query, row, exact_scores(matrix, queries, query, row), k, n_queries)

@@ -8,7 +8,8 @@ vectors only.  And step 1's bound: a BLAS float32 score is within
 ``gamma_d * |row| * |query|`` of the exact one whatever its summation order,
 so ``score_windows`` gives each query the margin below its k-th best that a
 candidate must reach.  The rows' largest norm enters the bound
-(``row_norm_bound``: cached for a read-only matrix).
+(``row_norm_bound``: cached for a read-only matrix).  Then the top k of
+the scored pairs, ranked by (score desc, row asc): ``best_pairs``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["EXACT_CHUNK", "exact_scores", "row_norm_bound", "score_windows"]
+from irflow.kernels.topk import TopK
+
+__all__ = ["EXACT_CHUNK", "best_pairs", "exact_scores", "row_norm_bound", "score_windows"]
 
 #: (query, row) pairs scored exactly per chunk (float64 products: 64 x d x 8 bytes, cache-sized).
 EXACT_CHUNK = 64
@@ -74,6 +77,19 @@ def exact_scores(matrix: np.ndarray, queries: np.ndarray, query_index: np.ndarra
         out[lo:hi] = _fold_sum(products)
     out += 0.0  # -0.0 (every product -0.0) becomes 0.0
     return out
+
+
+def best_pairs(query: np.ndarray, row: np.ndarray, score: np.ndarray, k: int, n_queries: int) -> TopK:
+    """The top ``k`` of each query's (row, score) pairs, by score desc then row asc (rows distinct per query)."""
+    if n_queries == 1:
+        order = np.lexsort((row, -score))[:k]
+        return TopK._trusted(np.zeros(order.size, np.int32), row[order], score[order], 1,
+                             np.array([0, order.size], dtype=np.int64))
+    order = np.lexsort((row, -score, query))
+    query, row, score = query[order], row[order], score[order]
+    starts = np.searchsorted(query, np.arange(n_queries))
+    keep = np.arange(query.size) - starts[query] < k
+    return TopK._trusted(query[keep], row[keep], score[keep], n_queries)
 
 
 # -- the error bound ------------------------------------------------------------------

@@ -28,7 +28,7 @@ from irflow.kernels.dense_index import BLOCK, SLACK, DenseIndex, encode_queries
 from irflow.kernels.switch import KERNELS, KernelSwitch
 
 __all__ = ["KERNEL_ENV", "KERNELS", "AUTO_MIN_ROWS", "DenseIndex", "kernel_name", "use_kernel",
-           "compiled_module", "SWITCH", "build_index", "scan_candidates", "grouped_scan", "IndexSlot"]
+           "compiled_module", "SWITCH", "build_index", "scan_module", "scan_candidates", "grouped_scan", "IndexSlot"]
 
 KERNEL_ENV = "IRFLOW_DENSE_KERNEL"
 #: ``auto`` compiles from this many rows up (see the module docstring).
@@ -77,6 +77,12 @@ def build_index(matrix: np.ndarray, n_rows: int | None = None) -> DenseIndex | N
     return None if module is None else DenseIndex.build(matrix, module.encode)
 
 
+def scan_module() -> Any:
+    """The compiled scan module for an index given (whatever its size), or None: numpy asked for, or no numba."""
+    choice = SWITCH.choice()
+    return None if choice == "numpy" else SWITCH.load(required=choice == "numba")
+
+
 def scan_candidates(index: DenseIndex, queries: np.ndarray, mask: np.ndarray | None,
                     k: int, group: int | None = None,
                     least: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
@@ -90,8 +96,7 @@ def scan_candidates(index: DenseIndex, queries: np.ndarray, mask: np.ndarray | N
     exceed to be wanted (see ``dense.dense_topk``'s ``least``): rows whose
     upper bound is below it are not kept.
     """
-    choice = SWITCH.choice()  # an index given is used whatever its size, unless numpy was asked for
-    module = None if choice == "numpy" else SWITCH.load(required=choice == "numba")
+    module = scan_module()
     if module is None:
         return None
     codes = encode_queries(queries)

@@ -32,7 +32,7 @@ from numba import njit, types
 from numba.core import cgutils, config
 from numba.extending import intrinsic
 
-__all__ = ["GROUPED", "LANES", "scan", "encode", "group_for", "dot4", "dot4_loops"]
+__all__ = ["GROUPED", "LANES", "scan", "scan_carry", "encode", "group_for", "dot4", "dot4_loops"]
 
 # -- four dot products at once (x86 with AVX2) -----------------------------------------------
 #
@@ -184,24 +184,44 @@ def scan(codes, scale, error, norm, blocks, qcodes, qscale, qcoded, qerror, qnor
          block, group, least):  # pragma: no cover - compiled
     """(query, row) of every row whose upper bound reaches the query's k-th best lower bound and ``least``.
 
+    ``scan_carry`` from an empty heap whose floor starts at ``least``; its
+    arguments are described there.
+    """
+    heap = np.full((qcodes.shape[0], k), -np.inf)
+    held = np.zeros(qcodes.shape[0], np.int64)
+    kq, kr, _ = scan_carry(codes, scale, error, norm, blocks, qcodes, qscale, qcoded, qerror, qnorm, mask, k,
+                           slack, block, group, heap, held, least.copy())
+    return kq, kr
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def scan_carry(codes, scale, error, norm, blocks, qcodes, qscale, qcoded, qerror, qnorm, mask, k, slack,
+               block, group, heap, held, floor):  # pragma: no cover - compiled
+    """(query, row, upper bound) of every row whose upper bound reaches the query's floor, which rises as it goes.
+
     ``codes`` (n, d) int8 with ``scale``, ``error``, ``norm`` per row and
     ``blocks`` per block of ``block`` rows (``DenseIndex.blocks``);
     ``qcodes`` (q, d) int16 with ``qscale``, ``qcoded`` (|c_q b|),
     ``qerror`` (|f|), ``qnorm`` (|q|) per query; ``mask`` (n,) bool, or
-    size 0 for every row; ``k`` at most the rows the mask keeps; ``slack``
-    the relative slack of the window; ``block`` rows per block; ``group``
-    4: four queries' dot products at once (``dot4``: the
-    dimension a multiple of its ``LANES``, C-contiguous codes), else 1;
-    ``least`` (q,) a score per query that rows must reach to be wanted
-    (the k-th score found in the parts before this one; -inf: none), the
-    floor's start: a block or row whose upper bound is below it is skipped.
+    size 0 for every row; ``k`` at most the rows the mask keeps (the
+    parts' masks, when carried); ``slack`` the relative slack of the
+    window; ``block`` rows per block; ``group`` 4: four queries' dot
+    products at once (``dot4``: the dimension a multiple of its ``LANES``,
+    C-contiguous codes), else 1; ``heap`` (q, k), ``held`` (q,) and ``floor`` (q,), read and updated in
+    place: per query a min-heap of the k largest lower bounds seen (its
+    first ``held`` entries), and a score rows must reach to be wanted — at
+    least the heap's smallest once it holds k; a block or row whose upper
+    bound is below it is skipped.  Start them empty with the floor at -inf
+    (or at a score found before, as ``scan``'s ``least``); hand them on
+    from one part of a corpus to the next, and every part is pruned by the
+    lower bounds of all the rows before it, as one matrix is (the kept rows
+    are distinct, so k lower bounds in the heap are k rows' scores).  The
+    rows returned reach the floor as it is at the end of this call (a later
+    part may raise it further: the caller cuts them again by the final one).
     """
     n, d = codes.shape
     n_queries = qcodes.shape[0]
     use_mask = mask.size > 0
-    heap = np.full((n_queries, k), -np.inf)
-    held = np.zeros(n_queries, np.int64)
-    floor = least.copy()
     cap = max(4096, min(2 * k * n_queries, 1 << 20))  # grows when it must: a huge k x batch allocates as it fills
     kq = np.empty(cap, np.int64)
     kr = np.empty(cap, np.int64)
@@ -265,7 +285,7 @@ def scan(codes, scale, error, norm, blocks, qcodes, qscale, qcoded, qerror, qnor
                     m += 1
             j0 += width
     m = _compact(kq, kr, ku, m, floor)
-    return kq[:m].copy(), kr[:m].copy()
+    return kq[:m].copy(), kr[:m].copy(), ku[:m].copy()
 
 
 @njit(nogil=True, cache=True, error_model="numpy")

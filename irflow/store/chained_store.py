@@ -258,15 +258,16 @@ class SegmentedStore(CorpusStore):
         """The columns a batch of hits reads, each segment's rows looked up once; kind codes index :attr:`kinds`."""
         groups = self._groups(rows)
         n = rows.size
-        ids: list[Any] = [None] * n
-        texts: list[Any] = [None] * n
-        metadata: list[Any] = [None] * n
-        for p, positions, local in groups:  # the strings of the few rows only, each segment's at once
-            part = self._parts[p]
-            at = positions.tolist()
-            for position, record_id, text, meta in zip(at, part.record_ids_of(local).tolist(), part.texts_of(local),
-                                                      part.metadata_of(local)):
-                ids[position], texts[position], metadata[position] = record_id, text, meta
+        ids: list[Any]
+        texts: list[Any]
+        metadata: list[Any]
+        if len(groups) == 1:  # one segment's rows, in order
+            ids, texts, metadata = self._parts[groups[0][0]].hit_strings(groups[0][2])
+        else:
+            ids, texts, metadata = [None] * n, [None] * n, [None] * n
+            for p, positions, local in groups:  # the strings of the few rows only, each segment's at once
+                for position, record_id, text, meta in zip(positions.tolist(), *self._parts[p].hit_strings(local)):
+                    ids[position], texts[position], metadata[position] = record_id, text, meta
         return (self.artifact_ids_of(rows).tolist(), ids, self.kind_codes_of(rows).tolist(),
                 self.surface_indices_of(rows).tolist(), texts, metadata)
 

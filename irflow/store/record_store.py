@@ -387,6 +387,10 @@ class CorpusStore:
             return found
         return [metadata[row] for row in _rows(rows).tolist()]
 
+    def hit_strings(self, rows: np.ndarray) -> tuple[list[str], list[str], list[Mapping[str, Any]]]:
+        """Record ids, texts and metadata of *rows* (an int64 array), as lists: :meth:`hit_columns`'s decoded part."""
+        return _strings(self._ids, rows), _strings(self._texts, rows), self.metadata_of(rows)
+
     def hit_columns(self, rows: np.ndarray) -> tuple[list[str], list[str], list[int], list[int], list[str],
                                                      list[Mapping[str, Any]]]:
         """Artifact ids, record ids, kind codes, surface indices, texts and metadata of *rows*, as lists.
@@ -395,9 +399,9 @@ class CorpusStore:
         up once for these rows only (a stored corpus decodes just their
         strings): a fixed cost of every ``search()``.
         """
-        return (self.artifact_ids_of(rows).tolist(), _strings(self._ids, rows),
-                self._kind_codes[rows].tolist(), self._surface_indices[rows].tolist(),
-                _strings(self._texts, rows), self.metadata_of(rows))
+        ids, texts, metadata = self.hit_strings(rows)
+        return (self.artifact_ids_of(rows).tolist(), ids, self._kind_codes[rows].tolist(),
+                self._surface_indices[rows].tolist(), texts, metadata)
 
     def kind_codes_of(self, rows: Any) -> np.ndarray:
         """Surface kind code of each row (int32), indexing :attr:`kinds`."""

@@ -34,6 +34,7 @@ from irflow.errors import EmbedderError
 from irflow.kernels import bm25 as _bm25
 from irflow.kernels import dense as _dense
 from irflow.kernels import dense_kernel as _dense_kernel
+from irflow.kernels import dense_parts as _dense_parts
 from irflow.kernels.columns import MetadataColumns
 from irflow.kernels.embedders import LazyEmbedder, check_digest, check_dimension
 from irflow.kernels.filters import CompiledFilter
@@ -431,6 +432,20 @@ class SegmentView:
         mask = self.effective_mask(mask)
         return _dense.dense_topk(vectors, queries, mask, fetch_k, gathered=self._gathered_rows(mask, vectors),
                                  index=self.segment.index.get(vectors, corpus_rows), least=least)
+
+    def dense_part(self, mask: np.ndarray | None, first: int, corpus_rows: int) -> _dense_parts.DensePart | None:
+        """This segment as one part of its corpus's carried scan (:mod:`irflow.kernels.dense_parts`).
+
+        None when a selective filter's rows are gathered here: the segment
+        is then ranked alone (:meth:`dense_checked`), from them.
+        """
+        vectors = self.require_vectors()
+        mask = self.effective_mask(mask)
+        if self._gathered_rows(mask, vectors) is not None:
+            return None
+        n_live, live = self._masks.live_facts()
+        return _dense_parts.DensePart(vectors, self.segment.index.get(vectors, corpus_rows), mask, first,
+                                      n_live if mask is live else None)
 
     def _gathered_rows(self, mask: np.ndarray | None, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """A selective filter's rows and their vectors, kept from its first dense query (None: not kept).

@@ -21,7 +21,11 @@ exactness the same arguments prove):
   histogram of one segment of them), cached per row set; each segment
   then scores with those statistics — a row's score is the bits one
   segment gives it — and the tops merge by (score desc, global row asc);
-- **dense**: each segment's exact top ``k``, merged the same way;
+- **dense**: one int8 scan over every segment's codes, its floor carried
+  from segment to segment, and the candidates scored exactly and ranked
+  once (:mod:`irflow.kernels.dense_parts`); where that does not apply (no
+  compiled scan, a large batch, a zero query, a selective filter's gathered
+  rows), each segment's exact top ``k``, merged the same way;
 - **rows**: lookups split by segment (:class:`~irflow.store.chained_store.SegmentedStore`);
 - **kinds**: the live records' kinds in order of first appearance over the
   segments in order; a segment's codes map onto them.
@@ -43,6 +47,7 @@ import numpy as np
 from irflow.kernels import bm25 as _bm25
 from irflow.kernels.bm25.parts import PartsScorer
 from irflow.kernels.columns import MetadataColumns
+from irflow.kernels.dense_parts import parts_topk
 from irflow.kernels.filters import CompiledFilter, compile_filter
 from irflow.kernels.rowmap import RowMap, merge_topk
 from irflow.kernels.topk import TopK
@@ -326,6 +331,9 @@ class SegmentsView:
         queries = self.context.check_queries(query_vectors, self.dim)
         masks, _ = self._parts_of(mask)
         n, k = queries.shape[0], int(fetch_k)
+        scanned = self._dense_scanned(queries, masks, k)
+        if scanned is not None:
+            return scanned
         best = np.full((n, max(k, 1)), -np.inf)  # each query's k best scores so far: the next segment's floor
         tops = []
         for part, m in zip(self.parts, masks):
@@ -335,6 +343,18 @@ class SegmentsView:
             if top.row.size and k > 0:
                 best = _k_best(best, top, k)
         return merge_topk(tops, self.rowmap, n, k)
+
+    def _dense_scanned(self, queries: np.ndarray, masks: Sequence[np.ndarray | None], k: int) -> TopK | None:
+        """Every segment in one int8 scan carried from segment to segment (None: not here; part by part then)."""
+        if k <= 0 or not queries.shape[0]:
+            return None
+        parts = []
+        for part, m, first in zip(self.parts, masks, self.rowmap.first.tolist()):
+            one = part.dense_part(m, first, self.n_rows)
+            if one is None:
+                return None
+            parts.append(one)
+        return parts_topk(parts, queries, k)
 
     def bm25_topk(self, query_tokens: Sequence[Sequence[str]], mask: np.ndarray | None, fetch_k: int,
                   params: "_bm25.BM25Params | Mapping[str, Any] | None" = None,
@@ -362,6 +382,10 @@ class SegmentsView:
             offsets = np.zeros(n + 1, dtype=np.int64)
             np.cumsum(counts, out=offsets[1:])
             return TopK._trusted(np.repeat(np.arange(n, dtype=np.int32), counts), rows, scores, n, offsets)
+        if n == 1:  # one query (each search's): its columns as they are
+            rows, scores = scorer.top(tokens[0], k, self.n_rows)
+            return TopK._trusted(np.zeros(rows.size, dtype=np.int32), rows, scores, 1,
+                                 np.array([0, rows.size], dtype=np.int64))
         found = [scorer.top(query, k, self.n_rows) for query in tokens]
         return TopK.from_parts([r for r, _ in found], [s for _, s in found])
 
@@ -403,9 +427,8 @@ class SegmentsView:
             kept = self._statistics.get(key)
             if kept is not None:
                 self._statistics.move_to_end(key)
-        new = sorted({t for query in tokens for t in query} - kept.df.keys()) if kept is not None else None
-        if kept is not None and not new and (kept.mean is not None or not any(
-                kept.plain.needs_vocabulary(params, query) for query in tokens)):
+        if kept is not None and all(t in kept.df for query in tokens for t in query) and (
+                kept.mean is not None or not any(kept.plain.needs_vocabulary(params, query) for query in tokens)):
             return kept.current()  # the common case: every token known, nothing to compute
         rows = [p.stats_rows(m, params.stats) for p, m in zip(self.parts, masks)]
         if kept is None:

@@ -44,7 +44,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["topk", "topk_many", "scan", "ranked", "BLOCK"]
+__all__ = ["topk", "topk_many", "scan", "scratch", "ranked", "BLOCK"]
 
 #: Rows per block: the accumulator (8 bytes a row), flags and touched list stay in L1/L2.
 BLOCK = 4096
@@ -119,13 +119,16 @@ def _find(post_rows, lo, hi, r):  # pragma: no cover - compiled
 @njit(nogil=True, cache=True, error_model="numpy")
 def _scan(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, kept_head, kept_norms,
           k, variant, k1, delta, constant, margin, prune, block, offset, hs, hr, m, limit, least,
-          floored):  # pragma: no cover - compiled
+          floored, acc, flag, touched, alive):  # pragma: no cover - compiled
     """One index's rows offered to the heap ``hs``/``hr`` of the ``m`` best so far (rows pushed as ``offset`` + row).
 
     What :func:`topk` does for one index, and what a corpus of several
     indexes (segments, ``irflow.kernels.bm25.parts``) does for each in turn:
     the heap, its size ``m`` and the pruning ``limit`` go in and come out, so
     an index after others starts pruning from the k-th score they found.
+    ``acc``, ``flag`` (zeros), ``touched`` and ``alive``: ``block`` entries
+    of scratch each (``scratch``), made once by the caller for every index
+    it scans, left as they came (zeros where they were).
     Returns ``(m, limit)``.
     """
     n = norms.size
@@ -141,10 +144,7 @@ def _scan(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, 
     suffix = np.zeros(n_terms + 1)
     for j in range(n_terms - 1, -1, -1):
         suffix[j] = suffix[j + 1] + bounds[j]
-    acc = np.zeros(block)
-    flag = np.zeros(block, np.uint8)  # 1: reached by an essential term; 2: alive after the bound check
-    touched = np.empty(block, np.int64)
-    alive = np.empty(block, np.int64)
+    # flag: 1 reached by an essential term; 2 alive after the bound check
     kc = 0  # cursor in kept
     own = kept_head.shape[1] > 0  # the candidates' own copy of the head columns: read in order
     at_kept = np.empty(block if own else 0, np.int64)
@@ -303,6 +303,12 @@ def _scan(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, 
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
+def scratch(block):  # pragma: no cover - compiled
+    """``_scan``'s scratch for blocks of ``block`` rows: (acc, flag, touched, alive)."""
+    return np.zeros(block), np.zeros(block, np.uint8), np.empty(block, np.int64), np.empty(block, np.int64)
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
 def _ranked(hs, hr, m, floored, least_score):  # pragma: no cover - compiled
     """The heap's rows and scores, best first (score desc, row asc), less those at or below ``least_score``."""
     order = np.argsort(hr[:m], kind="mergesort")
@@ -341,8 +347,10 @@ def topk(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, k
     hr = np.empty(k, np.int64)
     floored = least_score > -np.inf
     least = least_score - margin * max(1.0, abs(least_score), abs(constant)) if floored else -np.inf
+    acc, flag, touched, alive = scratch(block)
     m, limit = _scan(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, kept_head, kept_norms,
-                     k, variant, k1, delta, constant, margin, prune, block, 0, hs, hr, 0, least, least, floored)
+                     k, variant, k1, delta, constant, margin, prune, block, 0, hs, hr, 0, least, least, floored,
+                     acc, flag, touched, alive)
     return _ranked(hs, hr, m, floored, least_score)
 
 
@@ -364,6 +372,7 @@ def topk_many(term_ints, term_floats, starts, constants, floors, post_rows, post
     width = out_rows.size // max(counts.size, 1)
     hs = np.empty(k)
     hr = np.empty(k, np.int64)
+    acc, flag, touched, alive = scratch(block)
     for q in range(counts.size):
         a, b = starts[q], starts[q + 1]
         if a == b:
@@ -375,7 +384,7 @@ def topk_many(term_ints, term_floats, starts, constants, floors, post_rows, post
         least = least_score - margin * max(1.0, abs(least_score), abs(constant)) if floored else -np.inf
         m, limit = _scan(term_ints[a:b], term_floats[a:b], post_rows, post_tfs, norms, head, mask, kept, kept_head,
                          kept_norms, k, variant, k1, delta, constant, margin, prune, block, 0, hs, hr, 0, least,
-                         least, floored)
+                         least, floored, acc, flag, touched, alive)
         rows, scores = _ranked(hs, hr, m, floored, least_score)
         at = q * width
         out_rows[at:at + rows.size] = rows

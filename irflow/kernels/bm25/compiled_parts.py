@@ -26,7 +26,7 @@ import numpy as np
 from numba import carray, njit, types
 from numba.extending import intrinsic
 
-from irflow.kernels.bm25.compiled import _ranked, _scan
+from irflow.kernels.bm25.compiled import _ranked, _scan, scratch
 
 __all__ = ["ARRAYS", "scan_parts"]
 
@@ -72,6 +72,7 @@ def scan_parts(term_ints, term_floats, bounds, offsets, table, post_rows, post_t
     hr = np.empty(k, np.int64)
     m = 0
     limit = -np.inf
+    acc, flag, touched, alive = scratch(block)  # once for every part
     for p in range(offsets.size):
         a, b = bounds[p], bounds[p + 1]
         if a == b:
@@ -86,7 +87,7 @@ def scan_parts(term_ints, term_floats, bounds, offsets, table, post_rows, post_t
                          _one(table, p, 2, norms), _two(table, p, 3, head), _one(table, p, 4, mask),
                          _one(table, p, 5, kept), _two(table, p, 6, kept_head), _one(table, p, 7, kept_norms),
                          k, variant, k1, delta, constant, margin, prune, block, offsets[p], hs, hr, m, limit,
-                         -np.inf, False)
+                         -np.inf, False, acc, flag, touched, alive)
     return _ranked(hs, hr, m, False, -np.inf)
 
 

@@ -96,7 +96,7 @@ class BM25Params:
         unknown key raises ``BM25ParamError`` naming the valid keys.
         """
         if mapping is None:
-            return cls()
+            return _defaults(cls)
         if isinstance(mapping, BM25Params):
             return mapping
         if not isinstance(mapping, Mapping):
@@ -112,3 +112,14 @@ class BM25Params:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready parameters (for traces and recipe files)."""
         return attrs.asdict(self)
+
+
+_DEFAULTS: dict[type, BM25Params] = {}
+
+
+def _defaults(cls: type[BM25Params]) -> BM25Params:
+    """``cls()``, made once (frozen: shared; every query without parameters asks for it)."""
+    found = _DEFAULTS.get(cls)
+    if found is None:
+        found = _DEFAULTS[cls] = cls()
+    return found

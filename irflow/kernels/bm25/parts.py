@@ -37,6 +37,8 @@ __all__ = ["PartsScorer"]
 
 _NO_ROWS = np.empty(0, dtype=np.int64)
 _NO_SCORES = np.empty(0, dtype=np.float64)
+#: A part's row of a token's table: (lo, hi, column, how) and the bound's factor (see ``PartsScorer._token``).
+_PartTerm = tuple[tuple[int, int, int, int], float]
 _LOOP: list[Any] = []  # [irflow.kernels.bm25.compiled_parts], imported with the compiled kernel (numba)
 
 
@@ -54,6 +56,7 @@ class PartsScorer:
         self.parts = [(s, int(o)) for s, o in zip(scorers, offsets) if s is not None]
         self._offsets = np.array([o for _, o in self.parts], dtype=np.int64)
         self._tables: dict[tuple[bool, ...], tuple[np.ndarray, tuple[np.ndarray, ...]] | None] = {}  # _table_of
+        self._tokens: dict[str, tuple[tuple[int, int, int, int, float, float], tuple[_PartTerm | None, ...]]] = {}
 
     def top(self, tokens: Sequence[str], k: int, corpus_rows: int) -> tuple[np.ndarray, np.ndarray]:
         """(global rows, scores) of the top ``k`` rows holding a query token, best first, ties by row."""
@@ -128,50 +131,77 @@ class PartsScorer:
             cache[token] = known
         return known
 
+    def _token(self, token: str) -> tuple[tuple[int, int, int, int, float, float], tuple[_PartTerm | None, ...]]:
+        """A token as the first part describes it (its df and idf: the corpus's), and each part's row for it.
+
+        A part's row is None where the part holds no posting of it, else
+        ``((lo, hi, column, how), factor)``: ``how`` 0 walk the postings, 1
+        a pass over the head column, 2 the column read at the candidates (as
+        ``_Scorer._via_column``); ``factor`` the bound's (BM25L's largest tf,
+        else 1).  Kept per token: the parts' statistics never change, and a
+        query then costs one lookup per token, not one per part and token.
+        """
+        found = self._tokens.get(token)
+        if found is None:
+            first = self.parts[0][0]
+            bm25l = first.variant == "bm25l"
+            rows: list[_PartTerm | None] = []
+            for scorer, _ in self.parts:
+                _df, lo, hi, column, _idf, top_tf = self._known(scorer, token)
+                if hi == lo:
+                    rows.append(None)  # no posting in this part
+                    continue
+                how = 0
+                if column >= 0:
+                    if scorer.mask is not None and 4 * scorer.n_kept < hi - lo:
+                        how = 2
+                    elif scorer.dense_ok and hi - lo > DENSE_TERM_FRACTION * scorer.postings.n_rows:
+                        how = 1
+                rows.append(((lo, hi, column, how), top_tf if bm25l else 1.0))
+            found = (self._known(first, token), tuple(rows))
+            if len(self._tokens) >= 1 << 16:
+                self._tokens.clear()
+            self._tokens[token] = found
+        return found
+
     def _table(self, tokens: Sequence[str]) -> tuple[list[tuple[int, int, int, int]], list[tuple[float, float]],
-                                                     list[int], float]:
+                                                     list[int], float, tuple[bool, ...]]:
         """The parts' term tables stacked: the query's terms in the canonical order, each part's spans.
 
         The order, weights and BM25Plus's constant come from the corpus's
         statistics, the same for every part (what ``_Scorer.terms`` gives each
-        part); a part lists the terms it holds postings of.
+        part); a part lists the terms it holds postings of.  Last, per part,
+        whether a term is read at its candidates there (``_table_of``'s ``vias``).
         """
         first = self.parts[0][0]
         counts: dict[str, int] = {}
         for token in tokens:
             counts[token] = counts.get(token, 0) + 1
-        known = [(self._known(first, token), token, count) for token, count in counts.items()]
-        ordered = sorted(((d, t, c) for d, t, c in known if d[0] != 0), key=lambda f: (f[0][0], f[1]))
+        known = [(self._token(token), token, count) for token, count in counts.items()]
+        ordered = sorted(((d, t, c) for d, t, c in known if d[0][0] != 0), key=lambda f: (f[0][0][0], f[1]))
         scale1 = first.k1 + 1.0
-        bm25l = first.variant == "bm25l"
         constant = 0.0
-        weights = []
-        for (_df, _lo, _hi, _column, idf, _top), _token, count in ordered:
+        terms = []  # (weight * (k1 + 1), each part's row)
+        for ((_df, _lo, _hi, _column, idf, _top), rows), _token, count in ordered:
             weight = count * idf
             if first.variant == "bm25plus":
                 constant += weight * first.delta
-            weights.append(weight)
+            terms.append((weight * scale1, rows))
         ints: list[tuple[int, int, int, int]] = []
         floats: list[tuple[float, float]] = []
         bounds = [0]
-        for scorer, _ in self.parts:
-            dense_limit = DENSE_TERM_FRACTION * scorer.postings.n_rows
-            for (_d, token, _c), weight in zip(ordered, weights):
-                _df, lo, hi, column, _idf, top_tf = self._known(scorer, token)
-                if hi == lo:
-                    continue  # no posting in this part
-                size = hi - lo
-                how = 0
-                if column >= 0:
-                    if scorer.mask is not None and 4 * scorer.n_kept < size:
-                        how = 2  # read at the candidates (as _Scorer._via_column)
-                    elif scorer.dense_ok and size > dense_limit:
-                        how = 1
-                bound = weight * scale1 * (top_tf if bm25l else 1.0)
-                ints.append((lo, hi, column, how))
-                floats.append((weight * scale1, max(bound, 0.0)))
+        vias = []
+        for p in range(len(self.parts)):
+            via = False
+            for scale, rows in terms:
+                row = rows[p]
+                if row is not None:
+                    ints.append(row[0])
+                    floats.append((scale, max(scale * row[1], 0.0)))
+                    via = via or row[0][3] == 2
             bounds.append(len(ints))
-        return ints, floats, bounds, constant
+            vias.append(via)
+        return ints, floats, bounds, constant, tuple(vias)
 
     def _table_of(self, vias: tuple[bool, ...]) -> tuple[np.ndarray, tuple[np.ndarray, ...]] | None:
         """The parts' arrays as the compiled loop takes them: addresses and extents, and the first part's arrays.
@@ -195,7 +225,7 @@ class PartsScorer:
 
     def _compiled(self, compiled: Any, tokens: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """The parts scanned in row order into one heap (see the module docstring)."""
-        ints, floats, bounds, constant = self._table(tokens)
+        ints, floats, bounds, constant, vias = self._table(tokens)
         if not ints:
             return _NO_ROWS, _NO_SCORES
         term_ints, term_floats = np.array(ints, dtype=np.int64), np.array(floats, dtype=np.float64)
@@ -204,7 +234,6 @@ class PartsScorer:
         first = self.parts[0][0]
         variant, k1, delta = 1 if first.variant == "bm25l" else 0, float(first.k1), float(first.delta)
         prune, block = bool(first.prune_ok), int(kernel.COMPILED_BLOCK or compiled.BLOCK)
-        vias = tuple(any(i[3] == 2 for i in ints[a:b]) for a, b in zip(bounds[:-1], bounds[1:]))
         table = self._table_of(vias)
         if table is not None:  # one compiled call for every part
             found_all: tuple[np.ndarray, np.ndarray] = _compiled_loop().scan_parts(
@@ -213,14 +242,15 @@ class PartsScorer:
             return found_all
         hs, hr = np.empty(k), np.empty(k, dtype=np.int64)
         m, limit = 0, -np.inf
-        for (scorer, offset), a, b in zip(self.parts, bounds[:-1], bounds[1:]):
+        work = compiled.scratch(block)
+        for (scorer, offset), a, b, via in zip(self.parts, bounds[:-1], bounds[1:], vias):
             if a == b:
                 continue
             if prune and m == k and sum(f[1] for f in floats[a:b]) + constant < limit:
                 continue  # no row of this part can reach the k-th score found (the kernel would stop at once)
-            arrays = scorer._compiled_arrays(any(i[3] == 2 for i in ints[a:b]))
+            arrays = scorer._compiled_arrays(via)
             m, limit = compiled.scan(term_ints[a:b], term_floats[a:b], *arrays, int(k), variant, k1, delta,
                                      float(constant), _PRUNE_MARGIN, prune, block, offset, hs, hr, m, limit,
-                                     -np.inf, False)
+                                     -np.inf, False, *work)
         found: tuple[np.ndarray, np.ndarray] = compiled.ranked(hs, hr, m, False, -np.inf)
         return found
