@@ -9,11 +9,14 @@ first stages may fetch ``k`` (``stages/_util.py``, the ``lean`` stage
 parameter) and give the same answer.
 
 Decided from 64-bit digests of the artifact ids (``irflow.kernels.digests``:
-vectorized over a stored column, no string decoded), computed once per
-segment (segments never change) and kept by it; a corpus state sorts its
-live rows' digests once and looks for two equal ones.  Two different ids
-with one digest read as a repeated artifact: the answer errs towards
-"not unique" (a deeper fetch, the same hits), never the other way.
+vectorized over a stored column, no string decoded), computed and sorted
+once per segment (segments never change) and kept by it; a corpus state
+takes each segment's live digests in their sorted order (one gather), and
+one stable sort merges those sorted runs (a few times faster than sorting
+the digests afresh: ~15 ms at 1M rows) before looking for two equal
+neighbours.  Two different ids with one digest read as a repeated
+artifact: the answer errs towards "not unique" (a deeper fetch, the same
+hits), never the other way.
 """
 
 from __future__ import annotations
@@ -31,28 +34,38 @@ __all__ = ["artifact_digests", "distinct_live"]
 _KEY = "artifact_digests"
 
 
-def artifact_digests(segment: Any) -> np.ndarray:
-    """A digest of each row's artifact id (uint64, read-only), computed once per segment and kept in it."""
+def artifact_digests(segment: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's artifact-id digest in ascending order, and the rows in that order (computed once per segment).
+
+    Read-only uint64 digests and int64 rows, kept in the segment's
+    ``derived`` cache (a race computes them twice: the same arrays either way).
+    """
     found = segment.derived.get(_KEY)
     if found is None:
         column = segment.store.artifact_column
         if isinstance(column, StringColumn):
-            found = string_digests(column.blob, column.offsets)
+            digests = string_digests(column.blob, column.offsets)
         else:
-            found = digests_of([str(a) for a in np.asarray(column, dtype=object).tolist()])
-        found.flags.writeable = False
-        segment.derived[_KEY] = found  # a race computes it twice: the same array either way
-    digests: np.ndarray = found
-    return digests
+            digests = digests_of([str(a) for a in np.asarray(column, dtype=object).tolist()])
+        order = np.argsort(digests, kind="stable")
+        found = (digests[order], order)
+        for array in found:
+            array.flags.writeable = False
+        segment.derived[_KEY] = found
+    kept: tuple[np.ndarray, np.ndarray] = found
+    return kept
 
 
-def distinct_live(parts: Sequence[tuple[np.ndarray, np.ndarray | None]]) -> bool:
-    """Whether the live rows of ``parts`` — (digests, live mask or None for every row) — hold no artifact twice.
+def distinct_live(parts: Sequence[tuple[tuple[np.ndarray, np.ndarray], np.ndarray | None]]) -> bool:
+    """Whether the live rows of ``parts`` hold no artifact twice.
 
-    >>> a = np.array([1, 2, 3], dtype=np.uint64)
-    >>> distinct_live([(a, None)]), distinct_live([(a, None), (a, np.array([False, False, True]))])
+    Each part: its ``artifact_digests`` (sorted digests, their rows) and its
+    live mask (None: every row).
+
+    >>> a = (np.array([1, 2, 3], dtype=np.uint64), np.array([2, 0, 1]))
+    >>> distinct_live([(a, None)]), distinct_live([(a, None), (a, np.array([True, False, False]))])
     (True, False)
     """
-    live = [d if m is None else d[m] for d, m in parts]
-    digests = np.sort(np.concatenate(live)) if live else np.empty(0, dtype=np.uint64)
+    runs = [ordered if live is None else ordered[live[rows]] for (ordered, rows), live in parts]
+    digests = np.sort(np.concatenate(runs), kind="stable") if runs else np.empty(0, dtype=np.uint64)
     return bool(digests.size < 2 or not (digests[1:] == digests[:-1]).any())
