@@ -185,3 +185,47 @@ def test_a_floor_leaves_out_exactly_the_rows_at_or_below_it(docs, query, k, floo
             expected = (rows[above][:k].tolist(), scores[above][:k].tolist())
             top = bm25_topk(postings, [query], None, k, params, floor=np.array([floor]))
             assert (top.row.tolist(), top.score.tolist()) == expected, name
+
+
+def test_sibling_lookups_over_stored_segments_digest_the_names_once(tmp_path, monkeypatch):
+    """A stored segment finds an artifact by the digest of its name: several segments share one digest per name
+    (each segment digesting the names again cost most of a lookup), and the siblings are a rebuild's."""
+    import irflow
+    import irflow.kernels.digests as digests
+    import irflow.store.ledger_view as ledger_view
+    from irflow.store.corpus import open_corpus
+
+    def records(artifacts, start=0):
+        return [{"id": f"{a}-{s}", "artifact_id": a, "surface_kind": kind, "text": f"{a} text {s}",
+                 "surface_index": start + s} for a in artifacts for s, kind in enumerate(["name", "readme"])]
+
+    path = tmp_path / "c"
+    irflow.build(records(["a", "b", "c"]), embedder="hash:16", path=path)
+    corpus = open_corpus(path)
+    corpus.merge_policy = MergePolicy.never()
+    corpus.add(records(["d"]))
+    corpus.add([{"id": "a-9", "artifact_id": "a", "surface_kind": "deps", "text": "a deps", "surface_index": 9}])
+    corpus.delete(["b-0"])
+    corpus = open_corpus(path)  # stored tables: names found by digest
+    view = corpus.snapshot()
+    assert len(view.parts) == 3
+    calls = []
+    real = digests.digests_of
+
+    def counting(keys):
+        calls.append(list(keys))
+        return real(keys)
+
+    monkeypatch.setattr(digests, "digests_of", counting)
+    monkeypatch.setattr(ledger_view, "digests_of", counting, raising=False)
+    wanted = ["a", "b", "d", "zz"]
+    siblings = view.sibling_rows(wanted)
+    assert calls == [wanted]
+    fresh = irflow.build([r.to_dict() for r in corpus], embedder="hash:16")
+    expected = fresh.snapshot().sibling_rows(wanted)
+    assert list(siblings.listed) == list(expected.listed) == [True, True, True, False]
+    for i in range(len(wanted)):
+        got = view.record_ids_of(siblings.rows[siblings.offsets[i]:siblings.offsets[i + 1]]).tolist()
+        want = fresh.record_ids_of(expected.rows[expected.offsets[i]:expected.offsets[i + 1]]).tolist()
+        assert got == want
+    assert view.record_ids_of(siblings.rows[siblings.offsets[0]:siblings.offsets[1]]).tolist() == ["a-0", "a-1", "a-9"]

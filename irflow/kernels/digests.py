@@ -146,16 +146,19 @@ class KeyIndex:
         hi = np.searchsorted(ordered, wanted, side="right")
         return [np.sort(order[a:b]) for a, b in zip(lo.tolist(), hi.tolist())]
 
-    def find(self, keys: Sequence[str], *, twice: list[str] | None = None) -> np.ndarray:
+    def find(self, keys: Sequence[str], *, twice: list[str] | None = None,
+             digests: np.ndarray | None = None) -> np.ndarray:
         """The position of each key (its first, should several hold it), -1 for a key absent.
 
         ``twice``: a list that receives each key found at more than one position.
+        ``digests``: the keys' :func:`digests_of`, when the caller has them
+        (the same keys looked up in several indexes are digested once).
         """
         keys = list(keys)
         found = np.full(len(keys), -1, dtype=np.int64)
         if not keys or not self.digests.size:
             return found
-        for i, positions in enumerate(self._candidates(digests_of(keys))):
+        for i, positions in enumerate(self._candidates(digests_of(keys) if digests is None else digests)):
             if not positions.size:
                 continue
             encoded = keys[i].encode("utf-8")

@@ -289,12 +289,17 @@ class SegmentedStore(CorpusStore):
                 continue
             rows, missing = found
             stale.extend((artifact, record_id) for record_id in missing)
-            rows = rows[rows >= 0]
-            rows = rows[self._live_of(rows)]
-            groups.append(rows[np.argsort(self.surface_indices_of(rows), kind="stable")])
-        offsets = np.concatenate(([0], np.cumsum([g.size for g in groups], dtype=np.int64)))
-        flat = np.concatenate(groups) if groups else np.empty(0, np.int64)
-        return Siblings(offsets, flat, listed, stale)
+            groups.append(rows[rows >= 0])
+        # every artifact's rows at once: which are live, their plan positions, then one stable sort by
+        # (artifact, surface index) keeps each artifact's ledger order among equal positions
+        flat = np.concatenate(groups).astype(np.int64, copy=False) if groups else np.empty(0, np.int64)
+        owner = np.repeat(np.arange(len(groups)), [g.size for g in groups])
+        live = self._live_of(flat)
+        flat, owner = flat[live], owner[live]
+        order = np.lexsort((self.surface_indices_of(flat), owner))
+        offsets = np.zeros(len(groups) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(owner, minlength=len(groups)), out=offsets[1:])
+        return Siblings(offsets, flat[order], listed, stale)
 
     def _live_of(self, rows: np.ndarray) -> np.ndarray:
         return self._gather(rows, lambda _, p, local: p._live[local], bool)

@@ -343,17 +343,18 @@ class LedgerTable(Mapping[str, tuple[str, ...]]):
         missing = [rid for ids in ledger.values() for rid in ids if rid not in row_of] if (rows < 0).any() else []
         return cls(artifacts, offsets, rows, missing, record_ids_of)
 
-    def positions(self, artifacts: Sequence[str]) -> np.ndarray:
+    def positions(self, artifacts: Sequence[str], *, digests: np.ndarray | None = None) -> np.ndarray:
         """The position of each artifact in the ledger, -1 for one it does not list.
 
         Stored artifacts are found by digest (:class:`irflow.kernels.digests.KeyIndex`,
-        built once: no decoding of every name); others through a dict built once.
+        built once: no decoding of every name; ``digests``: the artifacts'
+        digests when the caller has them); others through a dict built once.
         """
         names = self.artifacts
         if isinstance(names, StringColumn):
             if self._keys is None:
                 self._keys = KeyIndex(names.blob, names.offsets)
-            return self._keys.find(list(artifacts))
+            return self._keys.find(list(artifacts), digests=digests)
         if self._index is None:
             held = list(names)
             self._index = dict(zip(held, range(len(held))))
@@ -369,10 +370,11 @@ class LedgerTable(Mapping[str, tuple[str, ...]]):
         """(listed rows in plan order, -1 where the id is not held; the ids of those -1 entries), or None if unlisted."""
         return self.entries([artifact])[0]
 
-    def entries(self, artifacts: Sequence[str]) -> list[tuple[np.ndarray, list[str]] | None]:
-        """:meth:`entry` of each artifact, found at once."""
+    def entries(self, artifacts: Sequence[str], *,
+                digests: np.ndarray | None = None) -> list[tuple[np.ndarray, list[str]] | None]:
+        """:meth:`entry` of each artifact, found at once (``digests``: see :meth:`positions`)."""
         out: list[tuple[np.ndarray, list[str]] | None] = []
-        for i in self.positions(artifacts).tolist():
+        for i in self.positions(artifacts, digests=digests).tolist():
             if i < 0:
                 out.append(None)
                 continue

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import attrs
 import numpy as np
 
+from irflow.kernels.digests import digests_of
 from irflow.store.columnar import LedgerTable, StringColumn
 
 __all__ = ["LedgerPart", "LedgerView", "ledger_of"]
@@ -97,8 +98,11 @@ class LedgerView(Mapping[str, tuple[str, ...]]):
         return self.entries([artifact])[0]
 
     def entries(self, artifacts: Sequence[str]) -> list[tuple[np.ndarray, list[str]] | None]:
-        """:meth:`entry` of each artifact (each part looked up once for all of them)."""
-        per_part = [part.table.entries(artifacts) for part in self.parts]
+        """:meth:`entry` of each artifact (each part looked up once for all of them, the names digested once)."""
+        artifacts = list(artifacts)
+        stored = sum(isinstance(part.table.artifacts, StringColumn) for part in self.parts)
+        digests = digests_of(artifacts) if stored > 1 else None  # stored tables find names by digest
+        per_part = [part.table.entries(artifacts, digests=digests) for part in self.parts]
         return [self._combine([(part, self._listed(part, found[i])) for part, found in zip(self.parts, per_part)])
                 for i in range(len(artifacts))]
 
