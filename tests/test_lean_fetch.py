@@ -102,7 +102,7 @@ def test_same_hits_as_the_full_ranking_collapsed(unique, surfaces, mode, k):
 def test_the_depth_fetched(unique, surfaces, mode):
     """k rows on a corpus of one record per artifact; the seed's over-fetch elsewhere or when a later stage reads it."""
     text = "parser json"
-    assert _fetched(load_recipe(mode).run(unique, text, k=5, lean=False, trace=True), mode) == 50
+    assert _fetched(load_recipe(mode).run(unique, text, k=5, trace=True), mode) == 5
     assert _fetched(load_recipe("search").run(unique, text, mode=mode, k=5, trace=True), mode) == 5
     assert _fetched(load_recipe(mode).run(surfaces, text, k=5, trace=True), mode) == 50
     # a reranker, surface weights or a boost sees the fetched candidates: the seed's depth
