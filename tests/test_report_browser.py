@@ -21,7 +21,6 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -252,22 +251,20 @@ def test_the_watch_catches_a_payload_that_was_not_escaped(browser, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_large_trace_opens_within_two_seconds(browser, tmp_path):
+def test_a_large_trace_gives_a_bounded_page_that_works(browser, tmp_path):
+    # how long writing and opening take is measured by benchmarks/report.py (figures in the docs'
+    # performance page), not asserted here: a shared CI machine's clock says more about its neighbours
     sys.path.insert(0, str(Path(__file__).parent))
     from report_scale import big_trace
 
     trace = big_trace(queries=1000, stages=10, candidates=1000)
     path = tmp_path / "big.html"
-    start = time.process_time()
     trace.to_html(path)
-    spent = time.process_time() - start
     size = path.stat().st_size
-    assert spent <= 2.0, f"writing took {spent:.2f} s of CPU"
     assert size < 12 << 20, f"{size} bytes"
     watched = browser()
-    loaded = min(watched.open(path) for _ in range(2))  # the first open also starts the browser's caches
+    watched.open(path)
     watched.assert_clean()
-    assert loaded <= 2.0, f"the page took {loaded:.2f} s to load"
     assert "showing the top 50 of 1,000 candidates" in watched.page.inner_text("#stages")
     assert "queries 0\u201399 of 1,000" in watched.page.inner_text("nav")
     watched.page.select_option("#query-picker", "99")
