@@ -229,3 +229,31 @@ def test_sibling_lookups_over_stored_segments_digest_the_names_once(tmp_path, mo
         want = fresh.record_ids_of(expected.rows[expected.offsets[i]:expected.offsets[i + 1]]).tolist()
         assert got == want
     assert view.record_ids_of(siblings.rows[siblings.offsets[0]:siblings.offsets[1]]).tolist() == ["a-0", "a-1", "a-9"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=2, max_size=5), st.data())
+def test_hits_across_segments_are_each_rows_own(sizes, data):
+    """The columns a search's hits read, over segments (empty ones too), are each row's own, in the rows' order,
+    for a few rows (split by bisection) and for many (split by one sort); a row outside the corpus is refused."""
+    from irflow.store.chained_store import _FEW_ROWS, SegmentedStore
+    from irflow.store.record_store import CorpusStore
+
+    parts, n = [], 0
+    for size in sizes:
+        records = [Record(f"art{n + i}", "name", f"text {n + i}", {"n": n + i}, id=f"r{n + i}") for i in range(size)]
+        parts.append(CorpusStore.from_records(prepare_records(records)) if size else CorpusStore.from_records([]))
+        n += size
+    if n == 0:
+        return
+    store = SegmentedStore(parts)
+    many = data.draw(st.booleans())
+    count = data.draw(st.integers(_FEW_ROWS + 1, _FEW_ROWS + 20) if many else st.integers(1, 12))
+    rows = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=count, max_size=count)), dtype=np.int64)
+    artifacts, ids, _codes, _surfaces, texts, metadata = store.hit_columns(rows)
+    assert ids == [f"r{r}" for r in rows.tolist()]
+    assert artifacts == [f"art{r}" for r in rows.tolist()]
+    assert texts == [f"text {r}" for r in rows.tolist()]
+    assert [m["n"] for m in metadata] == rows.tolist()
+    with pytest.raises(IndexError, match=f"row {n} is outside"):
+        store.hit_columns(np.append(rows, n))

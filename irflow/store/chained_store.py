@@ -26,6 +26,7 @@ segments' ledgers read through what updates unlisted
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -37,6 +38,9 @@ from irflow.store.ledger_view import LedgerPart, LedgerView
 from irflow.store.protocol import Siblings
 from irflow.store.record_store import CorpusStore
 from irflow.store.records import Record
+
+#: Up to this many rows, :meth:`SegmentedStore._groups` splits them in plain Python.
+_FEW_ROWS = 64
 
 __all__ = ["SegmentedStore", "Chained"]
 
@@ -74,6 +78,10 @@ class SegmentedStore(CorpusStore):
         self._parts = list(parts)
         self.name = name
         self._rowmap = RowMap.of_sizes([p.n_rows for p in self._parts])
+        # where each segment's rows start and end, as Python ints: a search's few hits are split by
+        # segment in plain Python (numpy's sort and searches cost more than ten rows' bisections)
+        self._starts: list[int] = self._rowmap.first.tolist()
+        self._ends: list[int] = (self._rowmap.first + self._rowmap.sizes).tolist()
         kinds = dict.fromkeys(k for p in self._parts for k in p.kinds)
         self._kinds = tuple(kinds)
         index = {kind: code for code, kind in enumerate(self._kinds)}
@@ -97,6 +105,8 @@ class SegmentedStore(CorpusStore):
         """(segment, positions in *rows*, local rows) for each segment holding some of *rows*."""
         if not rows.size:
             return []
+        if rows.size <= _FEW_ROWS and rows.ndim == 1:
+            return self._few_groups(rows.tolist())
         part, local = self._rowmap.to_local(rows)
         first = int(part[0])
         if bool((part == first).all()):  # the common case: hits of one segment
@@ -106,6 +116,27 @@ class SegmentedStore(CorpusStore):
         bounds = np.flatnonzero(np.diff(ordered)) + 1
         return [(int(part[run[0]]), run, local[run]) for run in
                 (order[a:b] for a, b in zip([0, *bounds.tolist()], [*bounds.tolist(), rows.size]))]
+
+    def _few_groups(self, index: list[int]) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """:meth:`_groups` of a few rows (a list), by bisection: segments ascending, positions in order."""
+        n = self._rowmap.n_rows
+        if min(index) < 0 or max(index) >= n:
+            bad = next(r for r in index if not 0 <= r < n)
+            raise IndexError(f"row {bad} is outside the corpus's {n} rows")
+        ends, starts = self._ends, self._starts
+        runs: dict[int, tuple[list[int], list[int]]] = {}
+        for position, row in enumerate(index):
+            p = bisect_right(ends, row)  # the segment whose end is past the row (an empty one is never chosen)
+            run = runs.get(p)
+            if run is None:
+                run = runs[p] = ([], [])
+            run[0].append(position)
+            run[1].append(row - starts[p])
+        if len(runs) == 1:
+            p, (_, local) = runs.popitem()
+            return [(p, np.arange(len(index)), np.array(local, dtype=np.int64))]
+        return [(p, np.array(positions, dtype=np.int64), np.array(local, dtype=np.int64))
+                for p, (positions, local) in sorted(runs.items())]
 
     def _gather(self, rows: Any, take: Callable[[int, CorpusStore, np.ndarray], Any], dtype: Any) -> np.ndarray:
         rows = _rows(rows)

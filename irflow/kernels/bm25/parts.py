@@ -37,8 +37,11 @@ __all__ = ["PartsScorer"]
 
 _NO_ROWS = np.empty(0, dtype=np.int64)
 _NO_SCORES = np.empty(0, dtype=np.float64)
-#: A part's row of a token's table: (lo, hi, column, how) and the bound's factor (see ``PartsScorer._token``).
-_PartTerm = tuple[tuple[int, int, int, int], float]
+_NO_INTS = np.empty((0, 4), dtype=np.int64)
+_NO_FLOATS = np.empty((0, 2), dtype=np.float64)
+#: A token as the first part describes it, and the parts holding it: their indexes, (lo, hi, column, how) rows
+#: and the bound's factors (see ``PartsScorer._token``).
+_TokenParts = tuple[tuple[int, int, int, int, float, float], np.ndarray, np.ndarray, np.ndarray]
 _LOOP: list[Any] = []  # [irflow.kernels.bm25.compiled_parts], imported with the compiled kernel (numba)
 
 
@@ -56,7 +59,7 @@ class PartsScorer:
         self.parts = [(s, int(o)) for s, o in zip(scorers, offsets) if s is not None]
         self._offsets = np.array([o for _, o in self.parts], dtype=np.int64)
         self._tables: dict[tuple[bool, ...], tuple[np.ndarray, tuple[np.ndarray, ...]] | None] = {}  # _table_of
-        self._tokens: dict[str, tuple[tuple[int, int, int, int, float, float], tuple[_PartTerm | None, ...]]] = {}
+        self._tokens: dict[str, _TokenParts] = {}
 
     def top(self, tokens: Sequence[str], k: int, corpus_rows: int) -> tuple[np.ndarray, np.ndarray]:
         """(global rows, scores) of the top ``k`` rows holding a query token, best first, ties by row."""
@@ -131,13 +134,13 @@ class PartsScorer:
             cache[token] = known
         return known
 
-    def _token(self, token: str) -> tuple[tuple[int, int, int, int, float, float], tuple[_PartTerm | None, ...]]:
-        """A token as the first part describes it (its df and idf: the corpus's), and each part's row for it.
+    def _token(self, token: str) -> _TokenParts:
+        """A token as the first part describes it (its df and idf: the corpus's), and its rows in the parts.
 
-        A part's row is None where the part holds no posting of it, else
-        ``((lo, hi, column, how), factor)``: ``how`` 0 walk the postings, 1
-        a pass over the head column, 2 the column read at the candidates (as
-        ``_Scorer._via_column``); ``factor`` the bound's (BM25L's largest tf,
+        The rows, one per part holding postings of it, in part order: the
+        part's index, ``(lo, hi, column, how)`` (``how`` 0 walk the postings,
+        1 a pass over the head column, 2 the column read at the candidates, as
+        ``_Scorer._via_column``) and the bound's factor (BM25L's largest tf,
         else 1).  Kept per token: the parts' statistics never change, and a
         query then costs one lookup per token, not one per part and token.
         """
@@ -145,33 +148,39 @@ class PartsScorer:
         if found is None:
             first = self.parts[0][0]
             bm25l = first.variant == "bm25l"
-            rows: list[_PartTerm | None] = []
-            for scorer, _ in self.parts:
+            held, ints, factors = [], [], []
+            for p, (scorer, _) in enumerate(self.parts):
                 _df, lo, hi, column, _idf, top_tf = self._known(scorer, token)
                 if hi == lo:
-                    rows.append(None)  # no posting in this part
-                    continue
+                    continue  # no posting in this part
                 how = 0
                 if column >= 0:
                     if scorer.mask is not None and 4 * scorer.n_kept < hi - lo:
                         how = 2
                     elif scorer.dense_ok and hi - lo > DENSE_TERM_FRACTION * scorer.postings.n_rows:
                         how = 1
-                rows.append(((lo, hi, column, how), top_tf if bm25l else 1.0))
-            found = (self._known(first, token), tuple(rows))
+                held.append(p)
+                ints.append((lo, hi, column, how))
+                factors.append(top_tf if bm25l else 1.0)
+            found = (self._known(first, token), np.array(held, dtype=np.int64),
+                     np.array(ints, dtype=np.int64).reshape(-1, 4), np.array(factors, dtype=np.float64))
             if len(self._tokens) >= 1 << 16:
                 self._tokens.clear()
             self._tokens[token] = found
         return found
 
-    def _table(self, tokens: Sequence[str]) -> tuple[list[tuple[int, int, int, int]], list[tuple[float, float]],
-                                                     list[int], float, tuple[bool, ...]]:
+    def _table(self, tokens: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, tuple[bool, ...]]:
         """The parts' term tables stacked: the query's terms in the canonical order, each part's spans.
 
         The order, weights and BM25Plus's constant come from the corpus's
         statistics, the same for every part (what ``_Scorer.terms`` gives each
-        part); a part lists the terms it holds postings of.  Last, per part,
+        part); a part lists the terms it holds postings of.  Returns the
+        compiled loop's ``term_ints`` (lo, hi, column, how) and
+        ``term_floats`` (weight * (k1 + 1), bound) of part after part, where
+        each part's rows start (``bounds``), the constant and, per part,
         whether a term is read at its candidates there (``_table_of``'s ``vias``).
+        Built with a few array operations over the query's terms (a Python loop
+        over parts and terms cost more than the scan of a small segment).
         """
         first = self.parts[0][0]
         counts: dict[str, int] = {}
@@ -181,27 +190,31 @@ class PartsScorer:
         ordered = sorted(((d, t, c) for d, t, c in known if d[0][0] != 0), key=lambda f: (f[0][0][0], f[1]))
         scale1 = first.k1 + 1.0
         constant = 0.0
-        terms = []  # (weight * (k1 + 1), each part's row)
-        for ((_df, _lo, _hi, _column, idf, _top), rows), _token, count in ordered:
+        scales, held, ints, factors = [], [], [], []
+        for ((_df, _lo, _hi, _column, idf, _top), part_of, rows, factor), _token, count in ordered:
             weight = count * idf
             if first.variant == "bm25plus":
                 constant += weight * first.delta
-            terms.append((weight * scale1, rows))
-        ints: list[tuple[int, int, int, int]] = []
-        floats: list[tuple[float, float]] = []
-        bounds = [0]
-        vias = []
-        for p in range(len(self.parts)):
-            via = False
-            for scale, rows in terms:
-                row = rows[p]
-                if row is not None:
-                    ints.append(row[0])
-                    floats.append((scale, max(scale * row[1], 0.0)))
-                    via = via or row[0][3] == 2
-            bounds.append(len(ints))
-            vias.append(via)
-        return ints, floats, bounds, constant, tuple(vias)
+            scales.append(weight * scale1)
+            held.append(part_of)
+            ints.append(rows)
+            factors.append(factor)
+        n_parts = len(self.parts)
+        if not held:
+            return _NO_INTS, _NO_FLOATS, np.zeros(n_parts + 1, dtype=np.int64), constant, (False,) * n_parts
+        part_of = np.concatenate(held)
+        order = np.argsort(part_of, kind="stable")  # part after part; within one, the terms' canonical order
+        scale = np.repeat(np.array(scales), [h.size for h in held])
+        term_ints = np.concatenate(ints)[order]
+        term_floats = np.empty((order.size, 2))
+        term_floats[:, 0] = scale[order]
+        term_floats[:, 1] = np.maximum(scale * np.concatenate(factors), 0.0)[order]
+        bounds = np.zeros(n_parts + 1, dtype=np.int64)
+        np.cumsum(np.bincount(part_of, minlength=n_parts), out=bounds[1:])
+        via = term_ints[:, 3] == 2
+        vias = tuple(np.bincount(part_of[order][via], minlength=n_parts).astype(bool).tolist()) if via.any() \
+            else (False,) * n_parts
+        return term_ints, term_floats, bounds, constant, vias
 
     def _table_of(self, vias: tuple[bool, ...]) -> tuple[np.ndarray, tuple[np.ndarray, ...]] | None:
         """The parts' arrays as the compiled loop takes them: addresses and extents, and the first part's arrays.
@@ -225,10 +238,9 @@ class PartsScorer:
 
     def _compiled(self, compiled: Any, tokens: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """The parts scanned in row order into one heap (see the module docstring)."""
-        ints, floats, bounds, constant, vias = self._table(tokens)
-        if not ints:
+        term_ints, term_floats, bounds, constant, vias = self._table(tokens)
+        if not term_ints.size:
             return _NO_ROWS, _NO_SCORES
-        term_ints, term_floats = np.array(ints, dtype=np.int64), np.array(floats, dtype=np.float64)
         term_ints.flags.writeable = False  # numba's read-only signature, as _Scorer._compiled_top
         term_floats.flags.writeable = False
         first = self.parts[0][0]
@@ -237,16 +249,16 @@ class PartsScorer:
         table = self._table_of(vias)
         if table is not None:  # one compiled call for every part
             found_all: tuple[np.ndarray, np.ndarray] = _compiled_loop().scan_parts(
-                term_ints, term_floats, np.array(bounds, dtype=np.int64), self._offsets, table[0], *table[1], int(k),
+                term_ints, term_floats, bounds, self._offsets, table[0], *table[1], int(k),
                 variant, k1, delta, float(constant), _PRUNE_MARGIN, prune, block)
             return found_all
         hs, hr = np.empty(k), np.empty(k, dtype=np.int64)
         m, limit = 0, -np.inf
         work = compiled.scratch(block)
-        for (scorer, offset), a, b, via in zip(self.parts, bounds[:-1], bounds[1:], vias):
+        for (scorer, offset), a, b, via in zip(self.parts, bounds[:-1].tolist(), bounds[1:].tolist(), vias):
             if a == b:
                 continue
-            if prune and m == k and sum(f[1] for f in floats[a:b]) + constant < limit:
+            if prune and m == k and sum(term_floats[a:b, 1].tolist()) + constant < limit:
                 continue  # no row of this part can reach the k-th score found (the kernel would stop at once)
             arrays = scorer._compiled_arrays(via)
             m, limit = compiled.scan(term_ints[a:b], term_floats[a:b], *arrays, int(k), variant, k1, delta,
