@@ -109,6 +109,14 @@ class ParameterError(RecipeError):
         return str(self.args[0])
 
 
+class FilterParameterError(ParameterError, FilterError):
+    """A run argument that is a metadata filter is malformed (``search(filter=...)``, ``Recipe.run``).
+
+    Both a :class:`ParameterError` (the argument, its reader and the fix)
+    and a :class:`FilterError` (the operator and its path): caught as either.
+    """
+
+
 class InputError(IrflowError, ValueError):
     """A file or value the caller gave is unreadable, too large, too deeply nested or malformed.
 

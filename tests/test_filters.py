@@ -578,3 +578,23 @@ def test_cached_columns_serve_many_filters(records, specs):
     cols = MetadataColumns(records)  # columns built by one filter are reused by the next
     for spec in specs:
         assert compile_filter(spec).mask(cols).tolist() == [reference_matches(r, spec) for r in records], spec
+
+
+@pytest.mark.parametrize("bad, says", [({"n": {"$gtx": 1}}, r"unknown operator '\$gtx' at path 'n'"),
+                                       ({"$and": 3}, r"\$and at the top level needs a non-empty list")])
+def test_a_malformed_filter_given_to_search_is_a_filter_error_and_a_parameter_error(bad, says):
+    """search(filter=...) and Recipe.run refuse a malformed filter as a FilterError (its operator and path), which is
+    also the ParameterError of the argument; another bad argument stays a plain ParameterError."""
+    import irflow
+    from irflow.errors import FilterParameterError, ParameterError
+    from irflow.store.records import Record
+
+    corpus = irflow.build([Record("x", "name", "hello world", {"n": 1}), Record("y", "name", "hello there", {"n": 2})])
+    with pytest.raises(FilterError, match=says) as caught:
+        irflow.search(corpus, "hello", filter=bad)
+    assert isinstance(caught.value, ParameterError) and caught.value.arguments[0][0] == "filter"
+    with pytest.raises(FilterParameterError, match=says):
+        irflow.load_recipe("search").run(corpus, ["hello"], filter=bad)
+    with pytest.raises(ParameterError) as other:
+        irflow.search(corpus, "hello", k="ten")
+    assert not isinstance(other.value, FilterError)

@@ -51,8 +51,8 @@ def instantiate(cls: type[Any], values: Mapping[str, Any], via: Mapping[str, str
         return None, [f"{label}: invalid parameters {dict(values)!r}: {error}"]
 
 
-def field_problem(field: "attrs.Attribute[Any]", value: Any) -> str | None:
-    """What is wrong with ``value`` for one attrs field (its converter and validator alone), or None."""
+def field_error(field: "attrs.Attribute[Any]", value: Any) -> TypeError | ValueError | None:
+    """The error one attrs field (its converter and validator alone) raises for ``value``, or None."""
     try:
         converted = value
         if field.converter is not None and not isinstance(field.converter, attrs.Converter):
@@ -60,10 +60,16 @@ def field_problem(field: "attrs.Attribute[Any]", value: Any) -> str | None:
         if field.validator is not None:
             field.validator(None, field, converted)
     except (TypeError, ValueError) as error:
-        return _phrase(error)
+        return error
     except Exception:  # a validator that needs the instance: left to the constructor
         return None
     return None
+
+
+def field_problem(field: "attrs.Attribute[Any]", value: Any) -> str | None:
+    """What is wrong with ``value`` for one attrs field (its converter and validator alone), or None."""
+    error = field_error(field, value)
+    return None if error is None else _phrase(error)
 
 
 def _phrase(error: Exception) -> str:

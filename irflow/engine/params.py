@@ -13,12 +13,12 @@ from typing import Any
 
 import attrs
 
-from irflow.engine.instantiate import evaluate_derived, field_problem
+from irflow.engine.instantiate import evaluate_derived, field_error, field_problem
 from irflow.engine.kinds import get_stage_class
 from irflow.engine.model import DERIVED_RULES, RecipeSpec, param_ref, thaw
 from irflow.engine.stage import stage_params
 from irflow.engine.validators import closest, did_you_mean, listing
-from irflow.errors import ParameterError, RecipeError
+from irflow.errors import FilterError, FilterParameterError, ParameterError, RecipeError
 from irflow.util.cachekey import UnkeyableError, cache_key
 
 __all__ = ["resolve_params", "resolve_params_keyed", "run_argument_problems"]
@@ -160,7 +160,10 @@ def _resolve_params(recipe: RecipeSpec, overrides: dict[str, Any]) -> dict[str, 
         raise RecipeError(problems, source=recipe.source)
     bad = run_argument_problems(recipe, overrides)
     if bad:
-        raise ParameterError(recipe.name, bad, source=recipe.source)
+        readers = _readers(recipe)
+        filters = any(isinstance(field_error(field, thaw(value)), FilterError)
+                      for name, value, *_ in bad for _, field, _ in readers.get(name, ()))
+        raise (FilterParameterError if filters else ParameterError)(recipe.name, bad, source=recipe.source)
     # derived parameters read the values as given (never each other's results), so the
     # order of the [derived] tables cannot matter
     given = dict(values)
