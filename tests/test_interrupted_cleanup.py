@@ -72,6 +72,23 @@ def test_a_removal_killed_after_any_number_of_unlinks_is_finished_by_the_next(co
     assert len(irflow.open_corpus(root)) == 3
 
 
+def test_a_removal_killed_after_its_last_unlink_leaves_no_empty_directory(corpus, monkeypatch):
+    """Killed between the marker's unlink and the directory's rmdir: the empty directory goes at the next commit."""
+    root = corpus.path
+    live = root / _current(root)
+    shutil.copytree(live, root / "gen-000900")
+
+    def rmdir(path, *args, **kwargs):
+        raise Killed
+    monkeypatch.setattr(genfiles.os, "rmdir", rmdir)
+    with pytest.raises(Killed):
+        genfiles.remove_superseded(root, keep=[live.name])
+    monkeypatch.undo()
+    assert not any((root / "gen-000900").iterdir())
+    corpus.add([irflow.Record("z", "name", "z")])
+    assert _clean(root), sorted(p.name for p in root.iterdir())
+
+
 def test_a_writer_killed_while_writing_its_marker_leaves_nothing_for_ever(corpus):
     root = corpus.path
     for written in (b"", MARKER_TEXT[:10]):

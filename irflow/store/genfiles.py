@@ -299,6 +299,11 @@ def is_generation(path: Path) -> bool:
     return is_marked(path) or listed_files(path) is not None
 
 
+def _emptied_generation(path: Path) -> bool:
+    """An exact ``gen-NNNNNN`` directory (not a link) with nothing in it: a removal killed before its ``rmdir``."""
+    return bool(GEN_RE.match(path.name)) and stat.S_ISDIR(lstat_mode(path)) and not any(path.iterdir())
+
+
 def is_temporary(path: Path) -> bool:
     """A killed writer's directory: exact ``.tmp-gen-NNNNNN-xxxxxxxx``, marked, still empty, or holding only a
     marker cut short (the writer was killed while writing it, its first file)."""
@@ -452,6 +457,8 @@ def remove_superseded(root: Path, keep: Iterable[str]) -> None:
         try:
             if is_generation(entry):
                 _remove_generation(entry)
+            elif _emptied_generation(entry):
+                os.rmdir(entry)  # a removal killed after its last unlink, before this: nothing is in it to lose
             elif is_temporary(entry):
                 remove_files(entry, None)
             elif is_pointer_temp(entry):
