@@ -8,9 +8,9 @@ queries, each stage's top 50 candidates per query and the paths of each query's 
     python benchmarks/report.py             # 1,000 x 10 x 1,000
     python benchmarks/report.py --quick     # 100 x 5 x 200, in seconds
 
-Write time (the target: <= 2 s of CPU, and opening <= 2 s) is the median of three writes (CPU and wall clock); the load time is the page's own
-navigation timing (its load event), the best of two opens in one browser, when /usr/bin/chromium
-and playwright are there.
+Write time (the target: <= 2 s of CPU, and opening <= 2 s) is the median of three writes (CPU
+and wall clock); the load time is the page's own navigation timing (its load event), the best of
+two opens in one browser, when /usr/bin/chromium and playwright are there.
 """
 
 from __future__ import annotations

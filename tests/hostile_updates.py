@@ -335,12 +335,11 @@ class Attack:
         at that moment, for a later writer to remove (the rule of ``irflow.store.generations``); what
         two commits leave is garbage no writer will remove, listed with each directory's contents.
         """
-        expected = lambda: [".lock", "CURRENT", _current(self.scene.root)]  # noqa: E731
         names: list[str] = []
         for _ in range(2):
             self.round("add", "none")
             names = sorted(p.name for p in self.scene.root.iterdir())
-            if names == expected():
+            if names == [".lock", "CURRENT", _current(self.scene.root)]:
                 return
         held = {name: sorted(q.name for q in (self.scene.root / name).iterdir())[:12]
                 for name in names if (self.scene.root / name).is_dir()}

@@ -86,7 +86,7 @@ class SegmentedStore(CorpusStore):
         self._kinds = tuple(kinds)
         index = {kind: code for code, kind in enumerate(self._kinds)}
         self._code_maps = [np.array([index[k] for k in p.kinds], dtype=np.int32) for p in self._parts]
-        offsets = self._rowmap.first.tolist()
+        offsets = self._starts
         self._ledger = LedgerView([LedgerPart(p.ledger_table, off, p._unlisted) for p, off in zip(self._parts, offsets)],
                                   self.record_ids_of, self.surface_indices_of)
         self._whole: dict[str, np.ndarray] = {}
@@ -106,7 +106,9 @@ class SegmentedStore(CorpusStore):
         if not rows.size:
             return []
         if rows.size <= _FEW_ROWS and rows.ndim == 1:
-            return self._few_groups(rows.tolist())
+            index = rows.tolist()
+            if min(index) >= 0 and max(index) < self._rowmap.n_rows:  # else to_local says which row is out
+                return self._few_groups(index)
         part, local = self._rowmap.to_local(rows)
         first = int(part[0])
         if bool((part == first).all()):  # the common case: hits of one segment
@@ -118,11 +120,7 @@ class SegmentedStore(CorpusStore):
                 (order[a:b] for a, b in zip([0, *bounds.tolist()], [*bounds.tolist(), rows.size]))]
 
     def _few_groups(self, index: list[int]) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        """:meth:`_groups` of a few rows (a list), by bisection: segments ascending, positions in order."""
-        n = self._rowmap.n_rows
-        if min(index) < 0 or max(index) >= n:
-            bad = next(r for r in index if not 0 <= r < n)
-            raise IndexError(f"row {bad} is outside the corpus's {n} rows")
+        """:meth:`_groups` of a few rows of the corpus (a list), by bisection: segments ascending, positions in order."""
         ends, starts = self._ends, self._starts
         runs: dict[int, tuple[list[int], list[int]]] = {}
         for position, row in enumerate(index):
