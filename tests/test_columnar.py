@@ -85,6 +85,38 @@ def test_json_column_refuses_a_row_holding_two_values_among_others() -> None:
         column.take(np.array([0, 1, 2]))
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.dictionaries(st.text(max_size=6), json_values, max_size=4), min_size=1, max_size=12),
+       st.lists(st.text(max_size=8), min_size=1, max_size=12), st.booleans(), st.data())
+def test_a_columns_row_reader_gives_each_rows_own_value(values: list[dict], strings: list[str], decoded: bool,
+                                                        data: st.DataObject) -> None:
+    # what hits over several segments read row by row: the values of a stored or a decoded column alike
+    texts, metadata = StringColumn.of(strings), JsonColumn.of(values)
+    if decoded:
+        texts.to_array()
+        metadata.to_list()
+    text_at, value_at = texts.reader(), metadata.reader()
+    for row in data.draw(st.lists(st.integers(0, len(strings) - 1), max_size=6)):
+        assert text_at(row) == strings[row]
+    for row in data.draw(st.lists(st.integers(0, len(values) - 1), max_size=6)):
+        assert value_at(row) == json.loads(json.dumps(values[row]))
+
+
+def test_a_columns_row_reader_names_the_damage_as_a_take_does() -> None:
+    bad = StringColumn(np.frombuffer(b"ok\xff", dtype=np.uint8), np.array([0, 2, 3]), where="x/records.text.bytes.npy")
+    assert bad.reader()(0) == "ok"
+    with pytest.raises(CorpusError, match=r"x/records.text.bytes.npy is not UTF-8.*rebuild"):
+        bad.reader()(1)
+    column = JsonColumn(StringColumn(np.frombuffer(b'{"a":1}x,{,[],', dtype=np.uint8), np.array([0, 9, 11, 14]),
+                                     where="g/records.metadata.bytes.npy"),
+                        check=lambda value: type(value) is dict, what="a metadata mapping")
+    for row in (0, 1):
+        with pytest.raises(CorpusError, match=r"g/records.metadata.bytes.npy is not valid JSON.*rebuild"):
+            column.reader()(row)
+    with pytest.raises(CorpusError, match=r"row 2 holds a list, expected a metadata mapping"):
+        column.reader()(2)
+
+
 def test_json_column_names_the_record_that_cannot_be_written() -> None:
     with pytest.raises(CorpusError, match="cannot write the metadata of r2 as JSON"):
         JsonColumn.of([{}, {"a": 1}, {"when": object()}], name=lambda row: f"the metadata of r{row}")

@@ -231,18 +231,32 @@ def test_sibling_lookups_over_stored_segments_digest_the_names_once(tmp_path, mo
     assert view.record_ids_of(siblings.rows[siblings.offsets[0]:siblings.offsets[1]]).tolist() == ["a-0", "a-1", "a-9"]
 
 
+def _stored(part):
+    """An in-memory store's records as a stored corpus holds them: string and JSON columns, decoded on demand."""
+    from irflow.store.columnar import JsonColumn, StringColumn
+    from irflow.store.record_store import CorpusStore
+
+    return CorpusStore.from_columns(
+        record_ids=StringColumn.of(part.record_ids.tolist()), artifact_ids=StringColumn.of(part.artifact_ids.tolist()),
+        kinds=part.kinds, kind_codes=part.kind_codes, surface_indices=part.surface_indices,
+        texts=StringColumn.of(list(part.texts)), metadata=JsonColumn.of(list(part.metadata)),
+        ledger=lambda record_ids_of: part.ledger_table, deleted_rows=np.empty(0, np.int64))
+
+
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.integers(0, 4), min_size=2, max_size=5), st.data())
-def test_hits_across_segments_are_each_rows_own(sizes, data):
-    """The columns a search's hits read, over segments (empty ones too), are each row's own, in the rows' order,
-    for a few rows (split by bisection) and for many (split by one sort); a row outside the corpus is refused."""
+@given(st.lists(st.integers(0, 4), min_size=2, max_size=5), st.booleans(), st.data())
+def test_hits_across_segments_are_each_rows_own(sizes, stored, data):
+    """The columns a search's hits read, over segments (empty ones too; in memory or stored columns), are each
+    row's own, in the rows' order, for a few rows (read row by row, or one segment's at once) and for many (split
+    by one sort); a row outside the corpus is refused."""
     from irflow.store.chained_store import _FEW_ROWS, SegmentedStore
     from irflow.store.record_store import CorpusStore
 
     parts, n = [], 0
     for size in sizes:
         records = [Record(f"art{n + i}", "name", f"text {n + i}", {"n": n + i}, id=f"r{n + i}") for i in range(size)]
-        parts.append(CorpusStore.from_records(prepare_records(records)) if size else CorpusStore.from_records([]))
+        part = CorpusStore.from_records(prepare_records(records)) if size else CorpusStore.from_records([])
+        parts.append(_stored(part) if stored else part)
         n += size
     if n == 0:
         return

@@ -163,6 +163,25 @@ class StringColumn(Sequence[str]):
         except UnicodeDecodeError as exc:
             raise CorpusError(f"{self.where} is not UTF-8 ({exc}); the corpus is damaged — rebuild it") from None
 
+    def reader(self) -> Callable[[int], str]:
+        """A function giving the string at one row (0 <= row < len: the caller's bound), for rows read one by one.
+
+        What a search's hits spread over several segments read: a few rows of
+        each column, where :meth:`take_list`'s set-up per call (a list, its
+        bounds) cost more than the rows' decoding.
+        """
+        if self._array is not None:
+            return self._array.item
+        view, bound = self._view, self.offsets.item
+
+        def read(row: int) -> str:
+            try:
+                return view[bound(row):bound(row + 1)].tobytes().decode()
+            except UnicodeDecodeError as exc:
+                raise CorpusError(f"{self.where} is not UTF-8 ({exc}); the corpus is damaged — rebuild it") from None
+
+        return read
+
     def to_array(self) -> np.ndarray:
         """Every string, as a read-only object array decoded once and kept (later reads index it)."""
         if self._array is None:
@@ -273,16 +292,25 @@ class JsonColumn(Sequence[Any]):
         if self._values is not None:
             values = self._values
             return [values[r] for r in rows.tolist()]
-        values = []
-        for text, row in zip(self.strings.take_list(rows), rows.tolist()):
-            try:  # the C scanner json.loads runs, without its two regex passes per call
-                value, end = _SCAN(text, 0)
-            except (StopIteration, json.JSONDecodeError, RecursionError):
-                value, end = self._loads(text[:-1]), len(text) - 1  # raises, naming the file
-            if end != len(text) - 1:
-                self._loads(text[:-1])  # trailing bytes: the full parser's error, naming the file
-            values.append(self._checked(value, row))
-        return values
+        value_of = self._value_of
+        return [value_of(text, row) for text, row in zip(self.strings.take_list(rows), rows.tolist())]
+
+    def reader(self) -> Callable[[int], Any]:
+        """A function giving the value at one row (0 <= row < len: the caller's bound); see :meth:`StringColumn.reader`."""
+        if self._values is not None:
+            return self._values.__getitem__
+        text_at, value_of = self.strings.reader(), self._value_of
+        return lambda row: value_of(text_at(row), row)
+
+    def _value_of(self, text: str, row: int) -> Any:
+        """Row *row*'s value from its text (with its comma): exactly one JSON value, checked."""
+        try:  # the C scanner json.loads runs, without its two regex passes per call
+            value, end = _SCAN(text, 0)
+        except (StopIteration, json.JSONDecodeError, RecursionError):
+            value, end = self._loads(text[:-1]), len(text) - 1  # raises, naming the file
+        if end != len(text) - 1:
+            self._loads(text[:-1])  # trailing bytes: the full parser's error, naming the file
+        return self._checked(value, row)
 
     def to_list(self) -> list[Any]:
         """Every row's value, decoded by one ``json.loads`` of the whole blob and kept (treat as read-only)."""

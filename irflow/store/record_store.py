@@ -391,6 +391,18 @@ class CorpusStore:
         """Record ids, texts and metadata of *rows* (an int64 array), as lists: :meth:`hit_columns`'s decoded part."""
         return _strings(self._ids, rows), _strings(self._texts, rows), self.metadata_of(rows)
 
+    def hit_reader(self) -> Callable[[int], tuple[str, str, Mapping[str, Any]]]:
+        """A function giving one row's record id, text and metadata (0 <= row < n_rows: the caller's bound).
+
+        For hits spread over several segments (a row or two in each): read
+        row by row, with none of :meth:`hit_strings`'s set-up per call.
+        """
+        columns: list[Callable[[int], Any]] = [
+            column.reader() if isinstance(column, (StringColumn, JsonColumn)) else column.__getitem__
+            for column in (self._ids, self._texts, self._metadata)]
+        ids, texts, metadata = columns
+        return lambda row: (ids(row), texts(row), metadata(row))
+
     def hit_columns(self, rows: np.ndarray) -> tuple[list[str], list[str], list[int], list[int], list[str],
                                                      list[Mapping[str, Any]]]:
         """Artifact ids, record ids, kind codes, surface indices, texts and metadata of *rows*, as lists.
