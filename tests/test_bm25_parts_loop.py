@@ -126,3 +126,41 @@ def test_a_token_is_described_once_per_part_then_read_from_the_parts_table(monke
         assert len(asked) == before  # known tokens: no part asked again
         assert first == _answers(fresh, [["alpha", "gamma"]], BM25Params())
         assert again == _answers(fresh, [["gamma", "alpha", "alpha"], ["gamma"]], BM25Params())
+
+
+def test_deleted_rows_are_left_out_by_nan_norms_never_ranked_even_with_room_in_the_top(monkeypatch) -> None:
+    """A segment's live mask reaches the kernel as NaN norms at its deleted rows (and no mask): a deleted row
+    holding the query's only tokens is never returned, even when fewer than k rows match (nothing prunes then),
+    and every answer stays a fresh build's of the live records."""
+    texts = [" ".join(WORDS[(i * j) % len(WORDS)] for j in range(1, 6)) for i in range(60)]
+    texts[5] = texts[41] = "omega omega alpha"  # the only rows holding omega: both deleted below
+    texts[47] = "omega beta"
+    corpus = _corpus(texts, [20, 35, 50], [5, 41])
+    passed = []
+    real = compiled_parts.scan_parts
+
+    def seen(*args):
+        passed.append(args[4])  # the parts' table: addresses and extents of their arrays
+        return real(*args)
+
+    monkeypatch.setattr(compiled_parts, "scan_parts", seen)
+    queries = [["omega"], ["omega", "alpha"], ["alpha", "gamma"], ["beta", "omega", "eta"]]
+    fresh = irflow.build(list(corpus), embedder=None, analyzer="plain")
+    with use_kernel("numba"):
+        for query in queries:  # no filter: the segments' live masks only
+            corpus.bm25_topk([query], None, 10)
+        assert len(passed) == len(queries) and all((table[:, 3 * 4 + 1] == 0).all() for table in passed)  # no mask
+        rows, _ = corpus.bm25_topk([["omega"]], None, 10).per_query(0)
+        assert corpus.record_ids_of(rows).tolist() == [corpus.record_ids[47]]
+        assert _answers(corpus, queries, BM25Params()) == _answers(fresh, queries, BM25Params())  # filtered too
+    view = corpus._state.view
+    scorer = next(iter(view._scorer_lists.values()))[1]  # the segments' scorers, as the queries used them
+    lives = [part.effective_mask(None) for part in view.parts]
+    assert sum(live is not None for live in lives) == 2  # the two segments holding a deleted row
+    for (one, _), live in zip(scorer.parts, lives):  # NaN norms exactly at the deleted rows, no mask then
+        nan_norms, mask = one._compiled_arrays(False, True)[2], one._compiled_arrays(False, True)[4]
+        if live is None:
+            assert np.array_equal(nan_norms, one.norms)
+            continue
+        assert np.isnan(nan_norms[~live]).all() and np.array_equal(nan_norms[live], one.norms[live])
+        assert mask.size == 0

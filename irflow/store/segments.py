@@ -403,11 +403,13 @@ class SegmentsView:
             found = None if key is None else self._scorer_lists.get(key)
         if found is not None and all(a is b for a, b in zip(found[0], masks)):
             return found[1]
-        scorers = []
+        scorers, lasting = [], []
         for part, m in zip(self.parts, masks):
-            one = _bm25.bm25_scorer(part.postings, part.effective_mask(m), params, stats, stats_key)
+            effective = part.effective_mask(m)
+            one = _bm25.bm25_scorer(part.postings, effective, params, stats, stats_key)
             scorers.append(one if one.usable else None)
-        combined = PartsScorer(scorers, self.rowmap.first.tolist())
+            lasting.append(effective is not None and effective is part.effective_mask(None))  # its live rows
+        combined = PartsScorer(scorers, self.rowmap.first.tolist(), lasting)
         if key is not None:
             with self._lock:
                 self._scorer_lists[key] = (tuple(masks), combined)

@@ -129,6 +129,11 @@ def _scan(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, 
     ``acc``, ``flag`` (zeros), ``touched`` and ``alive``: ``block`` entries
     of scratch each (``scratch``), made once by the caller for every index
     it scans, left as they came (zeros where they were).
+    Rows can be left out two ways: ``mask`` (size 0: none), read per
+    posting, or a NaN in ``norms`` (what a segment's deleted rows get,
+    ``_Scorer._compiled_arrays``): every contribution to such a row is NaN,
+    so its partial score is NaN and it is never alive — no read of a mask
+    per posting, no branch mispredicted on a deleted row.
     Returns ``(m, limit)``.
     """
     n = norms.size
@@ -213,16 +218,16 @@ def _scan(term_ints, term_floats, post_rows, post_tfs, norms, head, mask, kept, 
                 for x in range(width):
                     alive[n_alive] = x
                     n_alive += (flag[x] != 0) & mask[b0 + x] & ((acc[x] + rest >= floor) | (not check))
-            else:
+            else:  # a NaN partial score: a row left out by its NaN norm (see the docstring)
                 for x in range(width):
                     alive[n_alive] = x
-                    n_alive += (flag[x] != 0) & ((acc[x] + rest >= floor) | (not check))
+                    n_alive += (flag[x] != 0) & (acc[x] == acc[x]) & ((acc[x] + rest >= floor) | (not check))
         else:
             floor = limit if check else -np.inf
             for t in range(nt):  # rows reached through postings or the candidates: all in the mask
                 x = touched[t]
                 alive[n_alive] = x
-                n_alive += (acc[x] + rest >= floor) | (not check)
+                n_alive += (acc[x] == acc[x]) & ((acc[x] + rest >= floor) | (not check))
         for t in range(n_alive):
             flag[alive[t]] = 2
         # the non-essential terms, in order, added to the alive rows only

@@ -15,7 +15,13 @@ two extents per array), and the loop rebuilds the arrays from them
 (``carray``), with the first part's arrays as the type of each.  The
 caller keeps the arrays alive (the scorers hold them) and checks they are
 C-contiguous; the scan itself is ``compiled.scan``, unchanged, so the rows
-and score bits are those of the calls one by one.
+and score bits are those of the calls one by one (a part's deleted rows
+left out by its mask or by NaN norms, as ``compiled.scan`` says).
+
+numba's cache on disk is checked against this file only, though the scan
+is compiled into it from ``compiled.py``: a change there must come with
+a change here (or the ``__pycache__/*.nbi`` files removed), or a stale
+loop runs.
 """
 
 from __future__ import annotations

@@ -114,7 +114,7 @@ class _Scorer:
         self._tokens: dict[str, tuple[int, int, int, int, float, float]] = {}  # see terms()
         # supplied statistics that never change (bm25_topk's stats_key): tokens are looked up once, too
         self.fixed = fixed
-        self._compiled_cache: dict[bool, tuple[np.ndarray, ...]] = {}  # see _compiled_arrays()
+        self._compiled_cache: dict[tuple[bool, bool], tuple[np.ndarray, ...]] = {}  # see _compiled_arrays()
         if self.usable:
             self.norms, positive = _norms(postings, self.stats, params)
             # The dense path also evaluates rows lacking the term (tf = 0): allowed
@@ -384,22 +384,29 @@ class _Scorer:
             int(kernel.COMPILED_BLOCK or compiled.BLOCK), float(floor))
         return top
 
-    def _compiled_arrays(self, via: bool) -> tuple[np.ndarray, ...]:
+    def _compiled_arrays(self, via: bool, lasting: bool = False) -> tuple[np.ndarray, ...]:
         """The scorer's fixed arrays as the compiled kernel takes them (read-only), made once per scorer.
 
         Postings, norms, head columns, mask and — when a term is read from
         the candidates' columns (``via``) — the candidates' rows, columns and
         norms; a reused scorer hands the same views to every query.
+        ``lasting``: the mask is one that serves many queries (a segment's
+        live rows): its rows left out are given a NaN norm instead, in a copy
+        of the norms made once, and no mask is passed (the kernel then drops
+        them without reading a mask per posting; ``compiled._scan``).
         """
-        arrays = self._compiled_cache.get(via)
+        drop = lasting and self.mask is not None and not via
+        arrays = self._compiled_cache.get((via, drop))
         if arrays is None:
             p = self.postings
-            mask = _NO_ROWS_MASK if self.mask is None else self.mask
+            norms, mask = self.norms, _NO_ROWS_MASK if self.mask is None else self.mask
+            if drop:
+                norms, mask = np.where(mask, norms, np.nan), _NO_ROWS_MASK
             kept, kept_head, kept_norms = (self.kept, self.kept_head, self.kept_norms) if via else \
                 (_NO_ROWS, _empty_columns(self.head), _NO_NORMS)
-            arrays = tuple(_ro(a) for a in (p.post_rows, p.post_tfs, self.norms, self.head, mask, kept, kept_head,
+            arrays = tuple(_ro(a) for a in (p.post_rows, p.post_tfs, norms, self.head, mask, kept, kept_head,
                                             kept_norms))
-            self._compiled_cache[via] = arrays
+            self._compiled_cache[(via, drop)] = arrays
         return arrays
 
     def _is_dense(self, term: _Term) -> bool:
