@@ -34,7 +34,7 @@ from numba.extending import intrinsic
 
 from irflow.kernels.bm25.compiled import _ranked, _scan, scratch
 
-__all__ = ["ARRAYS", "scan_parts"]
+__all__ = ["ARRAYS", "scan_parts", "stack"]
 
 #: Arrays per part, in ``compiled.scan``'s order: post_rows, post_tfs, norms, head, mask, kept, kept_head, kept_norms.
 ARRAYS = 8
@@ -95,6 +95,40 @@ def scan_parts(term_ints, term_floats, bounds, offsets, table, post_rows, post_t
                          k, variant, k1, delta, constant, margin, prune, block, offsets[p], hs, hr, m, limit,
                          -np.inf, False, acc, flag, touched, alive)
     return _ranked(hs, hr, m, False, -np.inf)
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def stack(ints, scales, factors):  # pragma: no cover - compiled
+    """A query's terms as :func:`scan_parts` takes them: part after part, each part's terms in the given order.
+
+    ``ints[t, p]``: term ``t``'s (lo, hi, column, how) in part ``p`` (``hi ==
+    lo``: no postings there, left out); ``scales[t]``: its weight * (k1 + 1);
+    ``factors[t, p]``: its bound's factor there.  Returns ``term_ints``,
+    ``term_floats`` (scale, bound = max(scale * factor, 0)), the parts'
+    ``bounds`` and, per part, whether a term is read at its candidates
+    (``how`` 2).
+    """
+    n_terms, n_parts = ints.shape[0], ints.shape[1]
+    n = 0
+    for t in range(n_terms):
+        for p in range(n_parts):
+            n += ints[t, p, 1] > ints[t, p, 0]
+    term_ints = np.empty((n, 4), np.int64)
+    term_floats = np.empty((n, 2))
+    bounds = np.zeros(n_parts + 1, np.int64)
+    via = np.zeros(n_parts, np.bool_)
+    i = 0
+    for p in range(n_parts):
+        for t in range(n_terms):
+            if ints[t, p, 1] > ints[t, p, 0]:
+                for c in range(4):
+                    term_ints[i, c] = ints[t, p, c]
+                term_floats[i, 0] = scales[t]
+                term_floats[i, 1] = max(scales[t] * factors[t, p], 0.0)
+                via[p] |= ints[t, p, 3] == 2
+                i += 1
+        bounds[p + 1] = i
+    return term_ints, term_floats, bounds, via
 
 
 def table_row(arrays: tuple[np.ndarray, ...], like: tuple[np.ndarray, ...]) -> np.ndarray | None:

@@ -39,9 +39,9 @@ _NO_ROWS = np.empty(0, dtype=np.int64)
 _NO_SCORES = np.empty(0, dtype=np.float64)
 _NO_INTS = np.empty((0, 4), dtype=np.int64)
 _NO_FLOATS = np.empty((0, 2), dtype=np.float64)
-#: A token as the first part describes it, and the parts holding it: their indexes, (lo, hi, column, how) rows
-#: and the bound's factors (see ``PartsScorer._token``).
-_TokenParts = tuple[tuple[int, int, int, int, float, float], np.ndarray, np.ndarray, np.ndarray]
+#: A token as the first part describes it, and its (lo, hi, column, how) row and bound's factor in every part
+#: (see ``PartsScorer._token``).
+_TokenParts = tuple[tuple[int, int, int, int, float, float], np.ndarray, np.ndarray]
 _LOOP: list[Any] = []  # [irflow.kernels.bm25.compiled_parts], imported with the compiled kernel (numba)
 
 
@@ -141,20 +141,21 @@ class PartsScorer:
         return known
 
     def _token(self, token: str) -> _TokenParts:
-        """A token as the first part describes it (its df and idf: the corpus's), and its rows in the parts.
+        """A token as the first part describes it (its df and idf: the corpus's), and its row in every part.
 
-        The rows, one per part holding postings of it, in part order: the
-        part's index, ``(lo, hi, column, how)`` (``how`` 0 walk the postings,
-        1 a pass over the head column, 2 the column read at the candidates, as
-        ``_Scorer._via_column``) and the bound's factor (BM25L's largest tf,
-        else 1).  Kept per token: the parts' statistics never change, and a
-        query then costs one lookup per token, not one per part and token.
+        Per part ``(lo, hi, column, how)`` (``hi == lo``: no postings there;
+        ``how`` 0 walk the postings, 1 a pass over the head column, 2 the
+        column read at the candidates, as ``_Scorer._via_column``) and the
+        bound's factor (BM25L's largest tf, else 1).  Kept per token: the
+        parts' statistics never change, and a query then costs one lookup
+        per token, not one per part and token.
         """
         found = self._tokens.get(token)
         if found is None:
             first = self.parts[0][0]
             bm25l = first.variant == "bm25l"
-            held, ints, factors = [], [], []
+            ints = np.zeros((len(self.parts), 4), dtype=np.int64)
+            factors = np.ones(len(self.parts), dtype=np.float64)
             for p, (scorer, _) in enumerate(self.parts):
                 _df, lo, hi, column, _idf, top_tf = self._known(scorer, token)
                 if hi == lo:
@@ -165,11 +166,10 @@ class PartsScorer:
                         how = 2
                     elif scorer.dense_ok and hi - lo > DENSE_TERM_FRACTION * scorer.postings.n_rows:
                         how = 1
-                held.append(p)
-                ints.append((lo, hi, column, how))
-                factors.append(top_tf if bm25l else 1.0)
-            found = (self._known(first, token), np.array(held, dtype=np.int64),
-                     np.array(ints, dtype=np.int64).reshape(-1, 4), np.array(factors, dtype=np.float64))
+                ints[p] = (lo, hi, column, how)
+                if bm25l:
+                    factors[p] = top_tf
+            found = (self._known(first, token), ints, factors)
             if len(self._tokens) >= 1 << 16:
                 self._tokens.clear()
             self._tokens[token] = found
@@ -185,8 +185,8 @@ class PartsScorer:
         ``term_floats`` (weight * (k1 + 1), bound) of part after part, where
         each part's rows start (``bounds``), the constant and, per part,
         whether a term is read at its candidates there (``_table_of``'s ``vias``).
-        Built with a few array operations over the query's terms (a Python loop
-        over parts and terms cost more than the scan of a small segment).
+        The tokens' rows are laid out by one compiled call (``compiled_parts.stack``):
+        numpy's calls over a few terms cost more than the scan of a small segment.
         """
         first = self.parts[0][0]
         counts: dict[str, int] = {}
@@ -196,31 +196,20 @@ class PartsScorer:
         ordered = sorted(((d, t, c) for d, t, c in known if d[0][0] != 0), key=lambda f: (f[0][0][0], f[1]))
         scale1 = first.k1 + 1.0
         constant = 0.0
-        scales, held, ints, factors = [], [], [], []
-        for ((_df, _lo, _hi, _column, idf, _top), part_of, rows, factor), _token, count in ordered:
+        scales, ints, factors = [], [], []
+        for ((_df, _lo, _hi, _column, idf, _top), rows, factor), _token, count in ordered:
             weight = count * idf
             if first.variant == "bm25plus":
                 constant += weight * first.delta
             scales.append(weight * scale1)
-            held.append(part_of)
             ints.append(rows)
             factors.append(factor)
-        n_parts = len(self.parts)
-        if not held:
+        if not ints:
+            n_parts = len(self.parts)
             return _NO_INTS, _NO_FLOATS, np.zeros(n_parts + 1, dtype=np.int64), constant, (False,) * n_parts
-        part_of = np.concatenate(held)
-        order = np.argsort(part_of, kind="stable")  # part after part; within one, the terms' canonical order
-        scale = np.repeat(np.array(scales), [h.size for h in held])
-        term_ints = np.concatenate(ints)[order]
-        term_floats = np.empty((order.size, 2))
-        term_floats[:, 0] = scale[order]
-        term_floats[:, 1] = np.maximum(scale * np.concatenate(factors), 0.0)[order]
-        bounds = np.zeros(n_parts + 1, dtype=np.int64)
-        np.cumsum(np.bincount(part_of, minlength=n_parts), out=bounds[1:])
-        via = term_ints[:, 3] == 2
-        vias = tuple(np.bincount(part_of[order][via], minlength=n_parts).astype(bool).tolist()) if via.any() \
-            else (False,) * n_parts
-        return term_ints, term_floats, bounds, constant, vias
+        term_ints, term_floats, bounds, via = _compiled_loop().stack(np.array(ints), np.array(scales),
+                                                                     np.array(factors))
+        return term_ints, term_floats, bounds, constant, tuple(via.tolist())
 
     def _table_of(self, vias: tuple[bool, ...]) -> tuple[np.ndarray, tuple[np.ndarray, ...]] | None:
         """The parts' arrays as the compiled loop takes them: addresses and extents, and the first part's arrays.
