@@ -164,3 +164,29 @@ def test_deleted_rows_are_left_out_by_nan_norms_never_ranked_even_with_room_in_t
             continue
         assert np.isnan(nan_norms[~live]).all() and np.array_equal(nan_norms[live], one.norms[live])
         assert mask.size == 0
+
+
+def test_a_single_segments_deleted_rows_are_left_out_by_nan_norms_too(monkeypatch) -> None:
+    """A corpus of one segment with deletes (a compacted corpus deleted from): no mask per posting either,
+    no deleted row ranked, the answers a fresh build's; a filter still reaches the kernel as a mask."""
+    texts = [" ".join(WORDS[(i * j) % len(WORDS)] for j in range(1, 6)) for i in range(60)]
+    texts[5] = texts[41] = "omega omega alpha"
+    texts[47] = "omega beta"
+    corpus = _corpus(texts, [60], [5, 41])
+    assert len(corpus.segments) == 1
+    masks = []
+    real = compiled.topk
+
+    def seen(*args):
+        masks.append(args[6].size)  # the mask passed (size 0: none)
+        return real(*args)
+
+    monkeypatch.setattr(compiled, "topk", seen)
+    queries = [["omega"], ["omega", "alpha"], ["alpha", "gamma"], ["beta", "omega", "eta"]]
+    fresh = irflow.build(list(corpus), embedder=None, analyzer="plain")
+    with use_kernel("numba"):
+        rows, _ = corpus.bm25_topk([["omega"]], None, 10).per_query(0)
+        assert corpus.record_ids_of(rows).tolist() == [corpus.record_ids[47]] and masks == [0]
+        corpus.bm25_topk([["alpha"]], corpus.candidate_mask(filter={"even": True}), 10)
+        assert masks[-1] == len(texts)  # a filter's candidates: the mask, read per posting
+        assert _answers(corpus, queries, BM25Params()) == _answers(fresh, queries, BM25Params())

@@ -96,8 +96,11 @@ def _prepare(postings: Postings, mask: np.ndarray | None, params: BM25Params,
     corpus_key = None if corpus_mask is None else postings.known_digest(corpus_mask)
     if (mask is None or mask_key is not None) and (corpus_mask is None or corpus_key is not None):
         stats_mask = mask if params.stats == "candidates" else corpus_mask
+        # the candidates are the corpus's own rows (a corpus's live rows, no filter): a mask for many queries
+        lasting = mask is not None and mask is corpus_mask
         scorer: _Scorer = postings.stats_cache.get_or_make(
-            ("scorer", params, mask_key, corpus_key), lambda: _Scorer(postings, params, mask, stats_mask))
+            ("scorer", params, mask_key, corpus_key),
+            lambda: _Scorer(postings, params, mask, stats_mask, lasting=lasting))
         return scorer
     mask = _check_mask(mask, postings.n_rows, "mask")
     corpus_mask = _check_mask(corpus_mask, postings.n_rows, "corpus_mask")
@@ -148,7 +151,7 @@ def bm25_topk(postings: Postings, query_tokens: Sequence[Sequence[str]], mask: n
                              np.array([0, rows.size], dtype=np.int64))
     compiled = kernel.compiled_module(postings.n_rows if corpus_rows is None else corpus_rows)
     if compiled is not None:  # one compiled call per chunk of queries, chunks on --threads threads
-        rows, scores, counts = top_many(compiled, scorer, query_tokens, fetch_k, floors)
+        rows, scores, counts = top_many(compiled, scorer, query_tokens, fetch_k, floors, scorer.lasting)
         offsets = np.zeros(n_queries + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
         return TopK._trusted(np.repeat(np.arange(n_queries, dtype=np.int32), counts), rows, scores, n_queries,

@@ -90,8 +90,12 @@ class _Scorer:
     """Scores queries against one candidate set with fixed statistics."""
 
     def __init__(self, postings: Postings, params: BM25Params, mask: np.ndarray | None,
-                 stats_mask: np.ndarray | None, supplied: BM25Stats | None = None, fixed: bool = False) -> None:
+                 stats_mask: np.ndarray | None, supplied: BM25Stats | None = None, fixed: bool = False, *,
+                 lasting: bool = False) -> None:
         self.postings = postings
+        # the mask serves many queries (a corpus's live rows): the compiled kernel drops the rows it leaves
+        # out by NaN norms (see _compiled_arrays)
+        self.lasting = lasting
         self.params = params
         self.variant = params.variant
         self.mask = mask
@@ -379,7 +383,7 @@ class _Scorer:
         term_ints.flags.writeable = False  # new arrays: frozen in place (numba's read-only signature)
         term_floats.flags.writeable = False
         top: tuple[np.ndarray, np.ndarray] = compiled.topk(
-            term_ints, term_floats, *self._compiled_arrays(via), int(k), 1 if self.variant == "bm25l" else 0,
+            term_ints, term_floats, *self._compiled_arrays(via, self.lasting), int(k), 1 if self.variant == "bm25l" else 0,
             float(self.k1), float(self.delta), float(constant), _PRUNE_MARGIN, bool(self.prune_ok),
             int(kernel.COMPILED_BLOCK or compiled.BLOCK), float(floor))
         return top
