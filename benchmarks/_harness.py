@@ -105,7 +105,7 @@ def measure(call: Callable[[], Any]) -> tuple[float, float, Any]:
 
 
 def interleaved(systems: Mapping[str, tuple[Callable[[int], Any], int, int]],
-                n_items: int) -> dict[str, Sample]:
+                n_items: int, chunk: int | None = None) -> dict[str, Sample]:
     """Time ``systems`` pass by pass, interleaved.
 
     ``systems[name] = (run, items, repeats)``: ``run(i)`` handles item ``i``
@@ -114,23 +114,33 @@ def interleaved(systems: Mapping[str, tuple[Callable[[int], Any], int, int]],
     *pass* runs a system over all its items in order (consecutive calls get
     different queries, as in a service: no query finds its own data still in
     cache); passes alternate between systems, in a rotating order, so a
-    burst of load on the shared machine hits every system alike.  Returns
-    per-system per-item medians over the passes.
+    burst of load on the shared machine hits every system alike.  With
+    ``chunk``, a pass is cut into runs of ``chunk`` items and the systems
+    take turns run by run (still in a rotating order; consecutive calls of a
+    system still get different queries): a slow spell of a few seconds, longer
+    than a pass of fast calls, then falls on every system's calls alike
+    instead of on one system's whole pass.  Returns per-system per-item
+    medians over the passes.
     """
     del n_items  # each system's own item count rules
     names = list(systems)
     walls: dict[str, list[list[float]]] = {n: [[] for _ in range(systems[n][1])] for n in names}
     cpus: dict[str, list[list[float]]] = {n: [[] for _ in range(systems[n][1])] for n in names}
+    longest = max((items for _, items, _ in systems.values()), default=0)
+    step = max(1, chunk or longest)
+    turn = 0
     for r in range(max((reps for _, _, reps in systems.values()), default=0)):
-        shift = r % len(names)
-        for name in names[shift:] + names[:shift]:
-            run, items, reps = systems[name]
-            if r >= reps:
-                continue
-            for i in range(items):
-                w, c, _ = measure(lambda: run(i))  # noqa: B023 (called at once)
-                walls[name][i].append(w)
-                cpus[name][i].append(c)
+        for lo in range(0, longest, step):
+            shift = turn % len(names)
+            turn += 1
+            for name in names[shift:] + names[:shift]:
+                run, items, reps = systems[name]
+                if r >= reps:
+                    continue
+                for i in range(lo, min(lo + step, items)):
+                    w, c, _ = measure(lambda: run(i))  # noqa: B023 (called at once)
+                    walls[name][i].append(w)
+                    cpus[name][i].append(c)
     out = {name: Sample() for name in names}
     for name in names:
         for w, c in zip(walls[name], cpus[name]):

@@ -26,10 +26,12 @@ not shared with the one before), against the corpus's bytes.
 Search latency: BM25 and dense, through ``search()`` (top 10) and the
 kernels (``bm25_topk`` / ``dense_topk``, k = 10, the query tokenized or
 embedded beforehand, no ids fetched), on the segmented corpus
-and the compacted one, interleaved pass by pass (``_harness.interleaved``),
-with one BLAS thread and with the default threads; per query the median
-over ``--repeats`` passes, then the median and p90 over queries, and the
-ratio segmented / compacted (target: at most 1.25).  Both corpora must give
+and the compacted one, interleaved pass by pass in runs of ``CHUNK``
+queries (``_harness.interleaved``: a slow spell of the shared machine then
+falls on both corpora's calls alike), with one BLAS thread and with the
+default threads; per query the median over ``--repeats`` passes, then the
+median and p90 over queries, and the ratio segmented / compacted (target:
+at most 1.25).  Both corpora must give
 the same hits (record ids and score bits) for every query; the script
 checks and says so.  Queries: 2-5 Zipf tokens (corpus and content mixes
 alternating); each query text's vector a clustered point (a centre plus
@@ -78,6 +80,8 @@ FIRST_FRACTION = 0.55
 DELETED_FRACTION = 0.10
 CHANGE = 1000
 PARTS = ("build", "compact", "update", "latency")
+#: Queries per run of one corpus's calls when the latency passes alternate (see ``_harness.interleaved``).
+CHUNK = 20
 TARGETS = {"add": "<= 2 s, <= 5 % of the corpus's bytes", "delete": "<= 0.5 s",
            "latency": "segmented / compacted <= 1.25 (median and p90)",
            "compact": "peak memory <= 2x the corpus on disk"}
@@ -318,7 +322,7 @@ def run_latency(args: argparse.Namespace, work: Path) -> tuple[list[list[Any]], 
                 prepared = {c: [prepare(corpora[c], t) for t in texts] for c in corpora}
                 systems = {f"{c} {name}": (lambda i, c=c, call=call, p=prepared: call(corpora[c], p[c][i]), len(texts),
                                            args.repeats) for c in corpora}
-                timing = H.interleaved(systems, len(texts))
+                timing = H.interleaved(systems, len(texts), CHUNK)
                 clock = "cpu" if threads == "1" else "wall"
                 seg, com = timing[f"segmented {name}"], timing[f"compacted {name}"]
                 rows.append([name, threads, clock, seg.median_ms(clock), com.median_ms(clock),
@@ -400,7 +404,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(H.table(["commit", "#", "wall s", "new files MB", "% of corpus", "corpus MB", "segments"], rows))
     if "latency" in parts:
         print(f"\nsearch latency, segmented / compacted, top 10, {args.queries} queries x {args.repeats} passes "
-              f"interleaved (target: {TARGETS['latency']}); cpu clock with 1 BLAS thread, wall with the default")
+              f"interleaved in runs of {CHUNK} queries (target: {TARGETS['latency']}); cpu clock with 1 BLAS thread, wall with the default")
         rows, same, checked = run_latency(args, work)
         print(H.table(HEADERS, rows))
         print(f"same hits (record ids and score bits) on both corpora: {same}/{checked}")

@@ -1,10 +1,10 @@
 """When a corpus merges its segments by itself: a tiered policy, plus deleted rows and a cap on the count.
 
 Every segment and every tombstone costs search time (each segment is asked
-for its top rows; deleted rows are still scanned by a mask), so after each
-commit a corpus asks its :class:`MergePolicy` which runs of adjacent
-segments to merge, and commits each merge on its own (the user's operation
-is durable first).  A merge never changes an answer (see
+for its top rows; a deleted row's postings and codes are still read until a
+merge drops them), so after each commit a corpus asks its
+:class:`MergePolicy` which runs of adjacent segments to merge, and commits
+each merge on its own (the user's operation is durable first).  A merge never changes an answer (see
 :mod:`irflow.store.merging`).
 """
 
