@@ -352,7 +352,7 @@ def _threads(setting: str) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--records", type=int, default=1_000_000, help="live records of both corpora")
+    parser.add_argument("--records", type=int, help="live records of both corpora (default 1M; --quick 100k)")
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "irflow-bench-update"))
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma list of {', '.join(PARTS)}")
     parser.add_argument("--fresh", action="store_true", help="build the corpora again even when present")
@@ -367,11 +367,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(json.dumps(compact_child(json.loads(args.child))))
         return
     quick = {"records": 100_000, "queries": 30, "repeats": 2, "commits": 2}
-    for name, full in {"queries": 200, "repeats": 5, "commits": 3}.items():
+    for name, full in {"records": 1_000_000, "queries": 200, "repeats": 5, "commits": 3}.items():
         if getattr(args, name) is None:
             setattr(args, name, quick[name] if args.quick else full)
-    if args.quick:
-        args.records = quick["records"]
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     if set(parts) - set(PARTS):
         parser.error(f"--parts: one or more of {', '.join(PARTS)}")
