@@ -158,7 +158,7 @@ def test_deleted_rows_are_left_out_by_nan_norms_never_ranked_even_with_room_in_t
     lives = [part.effective_mask(None) for part in view.parts]
     assert sum(live is not None for live in lives) == 2  # the two segments holding a deleted row
     for (one, _), live in zip(scorer.parts, lives):  # NaN norms exactly at the deleted rows, no mask then
-        nan_norms, mask = one._compiled_arrays(False, True)[2], one._compiled_arrays(False, True)[4]
+        nan_norms, mask = one._compiled_arrays(False)[2], one._compiled_arrays(False)[4]
         if live is None:
             assert np.array_equal(nan_norms, one.norms)
             continue

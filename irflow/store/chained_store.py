@@ -106,10 +106,9 @@ class SegmentedStore(CorpusStore):
         """(segment, positions in *rows*, local rows) for each segment holding some of *rows*."""
         if not rows.size:
             return []
-        if rows.size <= _FEW_ROWS and rows.ndim == 1:
-            index = rows.tolist()
-            if min(index) >= 0 and max(index) < self._rowmap.n_rows:  # else to_local says which row is out
-                return self._few_groups(index)
+        few = self._few_segments(rows)
+        if few is not None:
+            return self._few_groups(*few)
         part, local = self._rowmap.to_local(rows)
         first = int(part[0])
         if bool((part == first).all()):  # the common case: hits of one segment
@@ -120,12 +119,24 @@ class SegmentedStore(CorpusStore):
         return [(int(part[run[0]]), run, local[run]) for run in
                 (order[a:b] for a, b in zip([0, *bounds.tolist()], [*bounds.tolist(), rows.size]))]
 
-    def _few_groups(self, index: list[int]) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        """:meth:`_groups` of a few rows of the corpus (a list), by bisection: segments ascending, positions in order."""
-        ends, starts = self._ends, self._starts
+    def _few_segments(self, rows: np.ndarray) -> tuple[list[int], list[int]] | None:
+        """A few rows of the corpus as a list and each one's segment, by bisection (None: many, or one out of range).
+
+        A row out of range is left to the row map, whose error names it.
+        """
+        if rows.size > _FEW_ROWS or rows.ndim != 1 or not rows.size:
+            return None
+        index = rows.tolist()
+        if min(index) < 0 or max(index) >= self._rowmap.n_rows:
+            return None
+        ends = self._ends  # a row's segment: the first whose end is past it (an empty one is never chosen)
+        return index, [bisect_right(ends, row) for row in index]
+
+    def _few_groups(self, index: list[int], segment: list[int]) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """:meth:`_groups` of a few rows and their segments (lists): segments ascending, positions in order."""
+        starts = self._starts
         runs: dict[int, tuple[list[int], list[int]]] = {}
-        for position, row in enumerate(index):
-            p = bisect_right(ends, row)  # the segment whose end is past the row (an empty one is never chosen)
+        for position, (row, p) in enumerate(zip(index, segment)):
             run = runs.get(p)
             if run is None:
                 run = runs[p] = ([], [])
@@ -313,15 +324,13 @@ class SegmentedStore(CorpusStore):
         segment (~5 us each), more than the rows' decoding; one function per
         segment (:meth:`CorpusStore.hit_reader`) reads a row with none.
         """
-        if rows.size > _FEW_ROWS or rows.ndim != 1 or not rows.size:
+        few = self._few_segments(rows)
+        if few is None:
             return None
-        index = rows.tolist()
-        ends, starts = self._ends, self._starts
-        if min(index) < 0 or max(index) >= ends[-1]:
-            return None  # the row map's error names the row
-        segment = [bisect_right(ends, row) for row in index]
+        index, segment = few
         if segment.count(segment[0]) == len(segment):
             return None  # one segment's rows: one call of its own
+        starts = self._starts
         readers = self._hit_readers
         if not readers:
             readers = self._hit_readers = [part.hit_reader() for part in self._parts]

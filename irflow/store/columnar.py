@@ -172,15 +172,8 @@ class StringColumn(Sequence[str]):
         """
         if self._array is not None:
             return self._array.item
-        view, bound = self._view, self.offsets.item
-
-        def read(row: int) -> str:
-            try:
-                return view[bound(row):bound(row + 1)].tobytes().decode()
-            except UnicodeDecodeError as exc:
-                raise CorpusError(f"{self.where} is not UTF-8 ({exc}); the corpus is damaged — rebuild it") from None
-
-        return read
+        decode, bound = self._decode, self.offsets.item
+        return lambda row: decode(bound(row), bound(row + 1))
 
     def to_array(self) -> np.ndarray:
         """Every string, as a read-only object array decoded once and kept (later reads index it)."""

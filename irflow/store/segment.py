@@ -368,6 +368,11 @@ class SegmentView:
             self._unique = distinct_live([(artifact_digests(self.segment), self.live_mask())])
         return self._unique
 
+    def is_live_mask(self, mask: np.ndarray | None) -> bool:
+        """Whether *mask* (an :meth:`effective_mask`) is this view's live rows themselves: one every query without
+        a filter shares, which the BM25 kernel takes as NaN norms at the deleted rows (made once)."""
+        return mask is not None and mask is self._masks.live_facts()[1]
+
     def effective_mask(self, mask: np.ndarray | None) -> np.ndarray | None:
         """*mask* restricted to live rows (None while nothing is deleted: the kernels' fast path).
 
@@ -482,9 +487,10 @@ class SegmentView:
         if not isinstance(params, _bm25.BM25Params):
             params = _bm25.BM25Params.from_mapping(params)
         _, live = self._masks.live_facts()
-        return _bm25.bm25_topk(self.postings, query_tokens, self.effective_mask(mask), fetch_k, params,
+        effective = self.effective_mask(mask)
+        return _bm25.bm25_topk(self.postings, query_tokens, effective, fetch_k, params,
                                corpus_mask=live, stats=stats, stats_key=stats_key, corpus_rows=corpus_rows,
-                               floor=floor)
+                               floor=floor, lasting=self.is_live_mask(effective))
 
     def stats_rows(self, mask: np.ndarray | None, mode: str) -> np.ndarray | None:
         """The rows BM25's statistics run over here: every live row (``"corpus"``) or the live candidates."""

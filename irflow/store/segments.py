@@ -403,13 +403,13 @@ class SegmentsView:
             found = None if key is None else self._scorer_lists.get(key)
         if found is not None and all(a is b for a, b in zip(found[0], masks)):
             return found[1]
-        scorers, lasting = [], []
+        scorers = []
         for part, m in zip(self.parts, masks):
             effective = part.effective_mask(m)
-            one = _bm25.bm25_scorer(part.postings, effective, params, stats, stats_key)
+            one = _bm25.bm25_scorer(part.postings, effective, params, stats, stats_key,
+                                    lasting=part.is_live_mask(effective))
             scorers.append(one if one.usable else None)
-            lasting.append(effective is not None and effective is part.effective_mask(None))  # its live rows
-        combined = PartsScorer(scorers, self.rowmap.first.tolist(), lasting)
+        combined = PartsScorer(scorers, self.rowmap.first.tolist())
         if key is not None:
             with self._lock:
                 self._scorer_lists[key] = (tuple(masks), combined)

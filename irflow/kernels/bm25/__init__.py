@@ -74,7 +74,8 @@ __all__ = [
 
 
 def _prepare(postings: Postings, mask: np.ndarray | None, params: BM25Params,
-             corpus_mask: np.ndarray | None, stats: BM25Stats | None = None, stats_key: Any = None) -> _Scorer:
+             corpus_mask: np.ndarray | None, stats: BM25Stats | None = None, stats_key: Any = None,
+             lasting: bool = False) -> _Scorer:
     postings.check_pending()  # an index read from files: its exact cross-checks, on its first scoring
     if not isinstance(params, BM25Params):
         params = BM25Params.from_mapping(params)
@@ -87,7 +88,8 @@ def _prepare(postings: Postings, mask: np.ndarray | None, params: BM25Params,
             # fixed statistics (the caller's key promises it): the scorer and the tokens it looked up serve
             # every call with this key and candidate set
             fixed: _Scorer = postings.stats_cache.get_or_make(
-                ("supplied", params, mask_key, stats_key), lambda: _Scorer(postings, params, mask, None, stats, True))
+                ("supplied", params, mask_key, stats_key),
+                lambda: _Scorer(postings, params, mask, None, stats, True, lasting=lasting))
             return fixed
         return _Scorer(postings, params, mask, None, stats)
     # No caller arrays, or masks that never change (a corpus's, see Postings.remember_mask): the
@@ -96,8 +98,6 @@ def _prepare(postings: Postings, mask: np.ndarray | None, params: BM25Params,
     corpus_key = None if corpus_mask is None else postings.known_digest(corpus_mask)
     if (mask is None or mask_key is not None) and (corpus_mask is None or corpus_key is not None):
         stats_mask = mask if params.stats == "candidates" else corpus_mask
-        # the candidates are the corpus's own rows (a corpus's live rows, no filter): a mask for many queries
-        lasting = mask is not None and mask is corpus_mask
         scorer: _Scorer = postings.stats_cache.get_or_make(
             ("scorer", params, mask_key, corpus_key),
             lambda: _Scorer(postings, params, mask, stats_mask, lasting=lasting))
@@ -111,7 +111,7 @@ def _prepare(postings: Postings, mask: np.ndarray | None, params: BM25Params,
 def bm25_topk(postings: Postings, query_tokens: Sequence[Sequence[str]], mask: np.ndarray | None,
               fetch_k: int, params: BM25Params = BM25Params(), *,
               corpus_mask: np.ndarray | None = None, stats: BM25Stats | None = None, stats_key: Any = None,
-              corpus_rows: int | None = None, floor: np.ndarray | None = None) -> TopK:
+              corpus_rows: int | None = None, floor: np.ndarray | None = None, lasting: bool = False) -> TopK:
     """Top ``fetch_k`` BM25 candidates of each tokenized query, as one ``TopK``.
 
     ``mask`` (bool, one entry per row; None = every row) selects the
@@ -134,14 +134,17 @@ def bm25_topk(postings: Postings, query_tokens: Sequence[Sequence[str]], mask: n
     whose earlier parts (lower rows, winning ties) found ``fetch_k`` rows
     scoring at least that (see :mod:`irflow.store.segments`).  Only
     candidates containing at least one query token are returned; ties break
-    by row order.
+    by row order.  ``lasting``: ``mask`` is one many queries share (a
+    corpus's live rows, no filter): the compiled kernel is then handed NaN
+    norms at the rows it leaves out, made once, instead of reading the mask
+    per posting (a hint: the answer is the same either way).
 
     >>> p = Postings.build([["a", "b"], ["b"], ["c"]])
     >>> bm25_topk(p, [["b"], ["zz"]], np.array([True, True, False]), 5).counts().tolist()
     [2, 0]
     """
     n_queries = len(query_tokens)
-    scorer = _prepare(postings, mask, params, corpus_mask, stats, stats_key)
+    scorer = _prepare(postings, mask, params, corpus_mask, stats, stats_key, lasting)
     if fetch_k <= 0 or not scorer.usable or n_queries == 0:
         return TopK.empty(n_queries)
     floors = [-np.inf] * n_queries if floor is None else np.asarray(floor, dtype=np.float64).reshape(-1).tolist()
@@ -151,7 +154,7 @@ def bm25_topk(postings: Postings, query_tokens: Sequence[Sequence[str]], mask: n
                              np.array([0, rows.size], dtype=np.int64))
     compiled = kernel.compiled_module(postings.n_rows if corpus_rows is None else corpus_rows)
     if compiled is not None:  # one compiled call per chunk of queries, chunks on --threads threads
-        rows, scores, counts = top_many(compiled, scorer, query_tokens, fetch_k, floors, scorer.lasting)
+        rows, scores, counts = top_many(compiled, scorer, query_tokens, fetch_k, floors)
         offsets = np.zeros(n_queries + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
         return TopK._trusted(np.repeat(np.arange(n_queries, dtype=np.int32), counts), rows, scores, n_queries,
@@ -161,7 +164,7 @@ def bm25_topk(postings: Postings, query_tokens: Sequence[Sequence[str]], mask: n
 
 
 def bm25_scorer(postings: Postings, mask: np.ndarray | None, params: BM25Params, stats: BM25Stats,
-                stats_key: Any = None) -> Any:
+                stats_key: Any = None, lasting: bool = False) -> Any:
     """The scorer ``bm25_topk(postings, ..., mask, params=params, stats=stats, stats_key=stats_key)`` uses.
 
     For a caller that scores many parts of one corpus query by query (the
@@ -171,7 +174,7 @@ def bm25_scorer(postings: Postings, mask: np.ndarray | None, params: BM25Params,
     query, best first, as ``bm25_topk`` returns them — without the batch's
     bookkeeping around each call.
     """
-    return _prepare(postings, mask, params, None, stats, stats_key)
+    return _prepare(postings, mask, params, None, stats, stats_key, lasting)
 
 
 def bm25_scores(postings: Postings, query_tokens: Sequence[str], mask: np.ndarray | None,

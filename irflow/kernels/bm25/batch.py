@@ -79,15 +79,12 @@ def _tables(scorer: _Scorer, query_tokens: Sequence[Sequence[str]],
 
 
 def top_many(compiled: Any, scorer: _Scorer, query_tokens: Sequence[Sequence[str]], k: int,
-             floors: Sequence[float], lasting: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each query's top ``k`` (``counts`` per query; rows and scores concatenated in query order, best first).
-
-    ``lasting``: the scorer's mask serves many queries (``_Scorer._compiled_arrays``).
-    """
+             floors: Sequence[float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each query's top ``k`` (``counts`` per query; rows and scores concatenated in query order, best first)."""
     n = len(query_tokens)
     term_ints, term_floats, starts, constants, via = _tables(scorer, query_tokens, floors)
     floor_array = np.asarray(floors, dtype=np.float64)
-    arrays = scorer._compiled_arrays(via, lasting)
+    arrays = scorer._compiled_arrays(via)
     width = int(min(k, scorer.postings.n_rows))
     fixed = (int(k), 1 if scorer.variant == "bm25l" else 0, float(scorer.k1), float(scorer.delta), _PRUNE_MARGIN,
              bool(scorer.prune_ok), int(kernel.COMPILED_BLOCK or compiled.BLOCK))

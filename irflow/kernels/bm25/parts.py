@@ -55,14 +55,8 @@ def _compiled_loop() -> Any:
 class PartsScorer:
     """The scorers of a corpus's parts (None: nothing scores there) and where each part's rows start."""
 
-    def __init__(self, scorers: Sequence[_Scorer | None], offsets: Sequence[int],
-                 lasting: Sequence[bool] | None = None) -> None:
-        held = [(s, int(o), bool(last)) for s, o, last in zip(scorers, offsets, lasting or [False] * len(scorers))
-                if s is not None]
-        self.parts = [(s, o) for s, o, _ in held]
-        # per part: its mask serves every query of this object (a segment's live rows): deleted rows are
-        # dropped by NaN norms, not a mask read per posting (_Scorer._compiled_arrays)
-        self._lasting = [last for _, _, last in held]
+    def __init__(self, scorers: Sequence[_Scorer | None], offsets: Sequence[int]) -> None:
+        self.parts = [(s, int(o)) for s, o in zip(scorers, offsets) if s is not None]
         self._offsets = np.array([o for _, o in self.parts], dtype=np.int64)
         self._tables: dict[tuple[bool, ...], tuple[np.ndarray, tuple[np.ndarray, ...]] | None] = {}  # _table_of
         self._tokens: dict[str, _TokenParts] = {}
@@ -91,8 +85,8 @@ class PartsScorer:
         n = len(queries)
         floors = np.full(n, -np.inf)
         qi, rows, scores = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64)
-        for (scorer, offset), lasting in zip(self.parts, self._lasting):
-            found, found_scores, counts = top_many(compiled, scorer, queries, k, floors.tolist(), lasting)
+        for scorer, offset in self.parts:
+            found, found_scores, counts = top_many(compiled, scorer, queries, k, floors.tolist())
             qi = np.concatenate([qi, np.repeat(np.arange(n, dtype=np.int64), counts)])
             rows = np.concatenate([rows, found + offset])
             scores = np.concatenate([scores, found_scores])
@@ -221,8 +215,7 @@ class PartsScorer:
         are then called one by one).
         """
         if vias not in self._tables:
-            arrays = [scorer._compiled_arrays(via, lasting)
-                      for (scorer, _), via, lasting in zip(self.parts, vias, self._lasting)]
+            arrays = [scorer._compiled_arrays(via) for (scorer, _), via in zip(self.parts, vias)]
             rows = [_compiled_loop().table_row(a, arrays[0]) for a in arrays]
             table = None if any(r is None for r in rows) else np.stack(rows)
             if table is not None:
@@ -251,13 +244,12 @@ class PartsScorer:
         hs, hr = np.empty(k), np.empty(k, dtype=np.int64)
         m, limit = 0, -np.inf
         work = compiled.scratch(block)
-        for (scorer, offset), a, b, via, lasting in zip(self.parts, bounds[:-1].tolist(), bounds[1:].tolist(), vias,
-                                                        self._lasting):
+        for (scorer, offset), a, b, via in zip(self.parts, bounds[:-1].tolist(), bounds[1:].tolist(), vias):
             if a == b:
                 continue
             if prune and m == k and sum(term_floats[a:b, 1].tolist()) + constant < limit:
                 continue  # no row of this part can reach the k-th score found (the kernel would stop at once)
-            arrays = scorer._compiled_arrays(via, lasting)
+            arrays = scorer._compiled_arrays(via)
             m, limit = compiled.scan(term_ints[a:b], term_floats[a:b], *arrays, int(k), variant, k1, delta,
                                      float(constant), _PRUNE_MARGIN, prune, block, offset, hs, hr, m, limit,
                                      -np.inf, False, *work)

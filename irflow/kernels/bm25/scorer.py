@@ -383,23 +383,23 @@ class _Scorer:
         term_ints.flags.writeable = False  # new arrays: frozen in place (numba's read-only signature)
         term_floats.flags.writeable = False
         top: tuple[np.ndarray, np.ndarray] = compiled.topk(
-            term_ints, term_floats, *self._compiled_arrays(via, self.lasting), int(k), 1 if self.variant == "bm25l" else 0,
+            term_ints, term_floats, *self._compiled_arrays(via), int(k), 1 if self.variant == "bm25l" else 0,
             float(self.k1), float(self.delta), float(constant), _PRUNE_MARGIN, bool(self.prune_ok),
             int(kernel.COMPILED_BLOCK or compiled.BLOCK), float(floor))
         return top
 
-    def _compiled_arrays(self, via: bool, lasting: bool = False) -> tuple[np.ndarray, ...]:
+    def _compiled_arrays(self, via: bool) -> tuple[np.ndarray, ...]:
         """The scorer's fixed arrays as the compiled kernel takes them (read-only), made once per scorer.
 
         Postings, norms, head columns, mask and — when a term is read from
         the candidates' columns (``via``) — the candidates' rows, columns and
         norms; a reused scorer hands the same views to every query.
-        ``lasting``: the mask is one that serves many queries (a segment's
-        live rows): its rows left out are given a NaN norm instead, in a copy
-        of the norms made once, and no mask is passed (the kernel then drops
+        A ``lasting`` scorer's mask serves many queries (a segment's live
+        rows): its rows left out are given a NaN norm instead, in a copy of
+        the norms made once, and no mask is passed (the kernel then drops
         them without reading a mask per posting; ``compiled._scan``).
         """
-        drop = lasting and self.mask is not None and not via
+        drop = self.lasting and self.mask is not None and not via
         arrays = self._compiled_cache.get((via, drop))
         if arrays is None:
             p = self.postings
